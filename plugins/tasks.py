@@ -1,0 +1,98 @@
+"""Built-in tasks: GSM8K, MATH, HumanEval, MBPP, and a procedural arithmetic task for the CPU demo.
+
+Each loader reads an offline copy under the data dir (``RLVR_DATA_DIR``) when it is there
+and the public hub id otherwise, and yields rows with the columns it registers.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Iterator
+
+from rlvr import RlvrError, hookimpl
+from rlvr.data import local_or_hub
+
+
+def gsm8k(split: str, *, data_dir: Path) -> Iterator[dict]:
+    """GSM8K grade-school math word problems (answer: worked solution ending in '#### N')."""
+    for i, row in enumerate(local_or_hub(data_dir / "gsm8k" / f"{split}.jsonl", "openai/gsm8k", split, "main")):
+        yield {"id": f"gsm8k/{split}/{i}", "question": row["question"], "answer": row["answer"]}
+
+
+def math_task(split: str, *, data_dir: Path) -> Iterator[dict]:
+    """MATH competition problems: train = MATH train (hub), test = MATH-500."""
+    from .math_reward import last_boxed
+
+    if split == "test":
+        rows = local_or_hub(data_dir / "math500" / "test.jsonl", "HuggingFaceH4/MATH-500", "test")
+    else:
+        rows = local_or_hub(data_dir / "math" / f"{split}.jsonl", "DigitalLearningGmbH/MATH-lighteval", split)
+    for i, row in enumerate(rows):
+        answer = row.get("answer") or last_boxed(row["solution"])
+        if answer is None:
+            continue  # a handful of MATH train solutions have no boxed answer: nothing to verify
+        yield {
+            "id": row.get("unique_id") or f"math/{split}/{i}",
+            "problem": row["problem"],
+            "solution": row["solution"],
+            "answer": answer,
+            "subject": row.get("subject") or row.get("type", ""),
+            "level": str(row.get("level", "")),
+        }
+
+
+def humaneval(split: str, *, data_dir: Path) -> Iterator[dict]:
+    """HumanEval: 164 Python functions to complete, checked by unit tests (test split only)."""
+    local = data_dir / "humaneval" / "HumanEval.jsonl.gz"
+    for row in local_or_hub(local, "openai/openai_humaneval", "test"):
+        yield {k: row[k] for k in ("task_id", "prompt", "canonical_solution", "test", "entry_point")}
+
+
+def mbpp(split: str, *, data_dir: Path) -> Iterator[dict]:
+    """MBPP: ~1,000 basic Python problems, each with three asserts (train/validation/test)."""
+    for row in local_or_hub(data_dir / "mbpp" / f"{split}.jsonl", "google-research-datasets/mbpp", split, "full"):
+        yield {
+            "task_id": str(row["task_id"]),
+            "text": row["text"],
+            "code": row["code"],
+            "test_list": list(row["test_list"]),
+            "test_setup_code": row.get("test_setup_code", ""),
+        }
+
+
+_SPLIT_OFFSETS = {"train": 0, "test": 1_000_003}
+
+
+def arithmetic(
+    split: str,
+    *,
+    data_dir: Path,
+    size: int = 2000,
+    seed: int = 0,
+    max_operand: int = 20,
+    operations: str = "+-*",
+    terms: int = 2,
+) -> Iterator[dict]:
+    """Procedural arithmetic ('What is 7 + 12 * 3?'), deterministic per item, disjoint splits."""
+    del data_dir  # generated, not read
+    if split not in _SPLIT_OFFSETS:
+        raise RlvrError(f"task 'arithmetic' has splits train and test, not {split!r}")
+    if not operations or set(operations) - set("+-*"):
+        raise RlvrError(f"task 'arithmetic': operations must use + - * only, got {operations!r}")
+    for index in range(size):
+        rng = random.Random(seed * 7_919 + _SPLIT_OFFSETS[split] + index)
+        numbers = [rng.randint(1, max_operand) for _ in range(terms)]
+        ops = [rng.choice(operations) for _ in range(terms - 1)]
+        expression = str(numbers[0]) + "".join(f" {op} {n}" for op, n in zip(ops, numbers[1:]))
+        value = eval(expression, {"__builtins__": {}})  # noqa: S307 - our own digits and + - *
+        yield {"id": f"arithmetic/{split}/{index}", "question": f"What is {expression}?", "answer": str(value)}
+
+
+@hookimpl
+def rlvr_register_tasks(register):
+    register("gsm8k", gsm8k, columns=["id", "question", "answer"])
+    register("math", math_task, columns=["id", "problem", "solution", "answer", "subject", "level"])
+    register("humaneval", humaneval, columns=["task_id", "prompt", "canonical_solution", "test", "entry_point"], splits=["test"])
+    register("mbpp", mbpp, columns=["task_id", "text", "code", "test_list", "test_setup_code"], splits=["train", "validation", "test", "prompt"])
+    register("arithmetic", arithmetic, columns=["id", "question", "answer"])

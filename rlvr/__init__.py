@@ -1,0 +1,34 @@
+"""rlvr: reinforcement learning with verifiable rewards, on a laptop CPU or a GPU cluster.
+
+Public API for plugin authors:
+
+- ``hookimpl``: decorate your ``rlvr_register_*`` functions with it.
+- ``Score``: what a reward may return per sample when it wants to explain itself.
+- ``RlvrError``: raise it for bad user input; the CLI prints its message on one line and exits 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import pluggy
+
+__version__ = "0.1.0"
+
+hookimpl = pluggy.HookimplMarker("rlvr")
+
+
+class RlvrError(Exception):
+    """A problem with the user's input: shown as one line, exit status 2."""
+
+
+@dataclass(frozen=True, slots=True)
+class Score:
+    """One sample's reward plus why. ``value=None`` means "cannot score this one"."""
+
+    value: float | None
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+__all__ = ["hookimpl", "Score", "RlvrError", "__version__"]

@@ -1,0 +1,210 @@
+"""The plugin host: one factory, host-owned registration callbacks, and the registries they fill.
+
+Nothing here runs at import time. ``get_plugin_manager()`` builds a fresh manager each call
+(tests use that to stay isolated); ``load_registry()`` asks every plugin to register its
+tasks and rewards and returns what they registered, with who registered it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata as md
+import inspect
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import pluggy
+
+from . import RlvrError, hookspecs
+
+PROJECT = "rlvr"
+ENTRY_POINT_GROUP = "rlvr"
+# Parameters every reward receives positionally; the rest of its signature is columns and options.
+REWARD_POSITIONAL = ("prompts", "completions", "completion_ids")
+
+
+def _allow_list() -> set[str] | None:
+    """``RLVR_LOAD_PLUGINS``: unset = all; empty = none; else comma-separated entry-point names."""
+    value = os.environ.get("RLVR_LOAD_PLUGINS")
+    if value is None:
+        return None
+    return {name.strip() for name in value.split(",") if name.strip()}
+
+
+def get_plugin_manager(load_entry_points: bool = True) -> pluggy.PluginManager:
+    """A new manager with the hook specs added and the ``rlvr`` entry points loaded."""
+    pm = pluggy.PluginManager(PROJECT)
+    pm.add_hookspecs(hookspecs)
+    if load_entry_points:
+        allowed = _allow_list()
+        names = [None] if allowed is None else sorted(allowed)
+        for name in names:
+            try:
+                pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=name)
+            except Exception as exc:  # a broken third-party plugin must not look like our bug
+                raise RlvrError(f"a plugin in entry-point group {ENTRY_POINT_GROUP!r} failed to load: {exc!r}") from exc
+    pm.check_pending()
+    if os.environ.get("RLVR_TRACE_PLUGINS"):
+        _trace(pm)
+    return pm
+
+
+def _trace(pm: pluggy.PluginManager) -> None:
+    def before(hook_name, hook_impls, kwargs):
+        names = ", ".join(pm.get_name(impl.plugin) or "?" for impl in hook_impls)
+        print(f"rlvr: hook {hook_name} -> [{names}]", file=sys.stderr)
+
+    def after(outcome, hook_name, hook_impls, kwargs):
+        pass
+
+    pm.add_hookcall_monitoring(before, after)
+
+
+def plugin_source(pm: pluggy.PluginManager, plugin: object) -> tuple[str, str]:
+    """(plugin name, "distribution version") of a registered plugin object."""
+    name = pm.get_name(plugin) or repr(plugin)
+    for loaded, dist in pm.list_plugin_distinfo():
+        if loaded is plugin:
+            return name, f"{dist.project_name} {dist.version}"
+    return name, "not from a distribution"
+
+
+@dataclass(frozen=True)
+class RewardSpec:
+    name: str
+    fn: Callable[..., Any]
+    description: str
+    plugin: str
+    version: str
+    columns: tuple[str, ...]  # required dataset columns
+    optional_columns: tuple[str, ...]  # keyword-only, default None: filled when the row has them
+    options: dict[str, Any]  # keyword-only with a non-None default: settable from a recipe
+    accepts_any: bool  # has **kwargs: gets every column
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    name: str
+    load: Callable[..., Iterable[dict]]
+    columns: tuple[str, ...]
+    description: str
+    plugin: str
+    version: str
+    splits: tuple[str, ...]
+
+
+@dataclass
+class Registry:
+    rewards: dict[str, RewardSpec] = field(default_factory=dict)
+    tasks: dict[str, TaskSpec] = field(default_factory=dict)
+
+    def reward(self, name: str) -> RewardSpec:
+        return _lookup(self.rewards, name, "reward")
+
+    def task(self, name: str) -> TaskSpec:
+        return _lookup(self.tasks, name, "task")
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _lookup(table: dict, name: str, kind: str):
+    if name in table:
+        return table[name]
+    known = ", ".join(sorted(table)) or "none"
+    raise RlvrError(f"unknown {kind} {name!r}{did_you_mean(name, table)}; registered: {known}")
+
+
+def _describe(fn: Callable, description: str | None) -> str:
+    if description:
+        return description
+    doc = inspect.getdoc(fn) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def reward_signature(fn: Callable) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, Any], bool]:
+    """Split a reward's keyword-only parameters into required columns, optional columns, options."""
+    sig = inspect.signature(fn)
+    columns, optional, options, accepts_any = [], [], {}, False
+    for param in sig.parameters.values():
+        if param.kind is param.VAR_KEYWORD:
+            accepts_any = True
+        elif param.kind is param.KEYWORD_ONLY:
+            if param.default is param.empty:
+                columns.append(param.name)
+            elif param.default is None:
+                optional.append(param.name)
+            else:
+                options[param.name] = param.default
+    positional = [
+        p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(positional) < 3 and not any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values()):
+        raise TypeError(
+            "a reward takes (prompts, completions, completion_ids, *, columns..., options...)"
+        )
+    return tuple(columns), tuple(optional), options, accepts_any
+
+
+def load_registry(pm: pluggy.PluginManager | None = None) -> Registry:
+    """Call the registration hooks once; duplicates fail loudly naming both plugins."""
+    pm = pm or get_plugin_manager()
+    registry = Registry()
+
+    plugins = pm.get_plugins()
+
+    def call_each(hook_name: str, make_register: Callable[[str, str], Callable[..., None]]) -> None:
+        # One plugin at a time (through pluggy, so tracing sees it) to know who registered what.
+        for plugin in plugins:
+            if not any(impl.plugin is plugin for impl in getattr(pm.hook, hook_name).get_hookimpls()):
+                continue
+            caller = pm.subset_hook_caller(hook_name, remove_plugins=[p for p in plugins if p is not plugin])
+            caller(register=make_register(*plugin_source(pm, plugin)))
+
+    def reward_registrar(plugin: str, version: str):
+        def register(name: str, fn: Callable, description: str | None = None) -> None:
+            _check_name(name, "reward", registry.rewards, plugin)
+            try:
+                columns, optional, options, accepts_any = reward_signature(fn)
+            except (TypeError, ValueError) as exc:
+                raise RlvrError(f"plugin {plugin!r}: reward {name!r}: {exc}") from exc
+            registry.rewards[name] = RewardSpec(
+                name, fn, _describe(fn, description), plugin, version, columns, optional, options, accepts_any
+            )
+
+        return register
+
+    def task_registrar(plugin: str, version: str):
+        def register(
+            name: str,
+            load: Callable,
+            columns: Iterable[str],
+            description: str | None = None,
+            splits: Iterable[str] = ("train", "test"),
+        ) -> None:
+            _check_name(name, "task", registry.tasks, plugin)
+            registry.tasks[name] = TaskSpec(
+                name, load, tuple(columns), _describe(load, description), plugin, version, tuple(splits)
+            )
+
+        return register
+
+    call_each("rlvr_register_rewards", reward_registrar)
+    call_each("rlvr_register_tasks", task_registrar)
+    return registry
+
+
+def _check_name(name: str, kind: str, table: dict, plugin: str) -> None:
+    if not isinstance(name, str) or not name.replace("_", "").replace("-", "").replace(".", "").isalnum():
+        raise RlvrError(f"plugin {plugin!r} registered a {kind} with an invalid name {name!r}")
+    clash = next((n for n in table if n.lower() == name.lower()), None)
+    if clash is not None:
+        raise RlvrError(
+            f"{kind} {name!r} is registered twice: by plugin {table[clash].plugin!r} "
+            f"({table[clash].version}) and by plugin {plugin!r}; rename one "
+            f"(did you mean {plugin + '_' + name!r}?) or disable one with RLVR_LOAD_PLUGINS"
+        )

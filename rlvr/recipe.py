@@ -1,0 +1,415 @@
+"""Recipes: YAML files naming a task, a prompt, weighted rewards and training/eval settings.
+
+Loading a recipe never imports torch, vLLM or DeepSpeed: ``rlvr validate`` resolves every
+name and checks every number before any model is touched.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+import string
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from . import RlvrError
+from .plugins import Registry, did_you_mean
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class TaskRef(Strict):
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class DataConfig(Strict):
+    train_split: str = "train"
+    eval_split: str = "test"
+    train_limit: int | None = Field(default=None, ge=1)
+    seed: int = 0
+
+
+class PromptConfig(Strict):
+    # str.format fields name dataset columns, e.g. "{question}"; write {{ and }} for literal braces.
+    template: str
+    system: str | None = None
+    chat_template: bool = True
+
+
+class RewardEntry(Strict):
+    weight: float = 1.0
+    options: dict[str, Any] = Field(default_factory=dict)
+    # reward parameter -> dataset column, when the names differ
+    columns: dict[str, str] = Field(default_factory=dict)
+
+
+class ModelConfig(Strict):
+    name: str = "smollm2-135m-instruct"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    gradient_checkpointing: bool = False
+    lora: LoraConfig | None = None
+
+
+class LoraConfig(Strict):
+    r: int = Field(default=16, ge=1)
+    alpha: int = Field(default=32, ge=1)
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+class SamplingConfig(Strict):
+    backend: Literal["vllm", "hf"] = "vllm"
+    num_generations: int = Field(default=8, ge=2, description="K samples per prompt")
+    temperature: float = Field(default=1.0, ge=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    max_tokens: int = Field(default=256, ge=1)
+    # vLLM: fraction of accelerator memory (on CPU: of RAM) it may take; KV cache GiB on CPU.
+    gpu_memory_utilization: float = Field(default=0.3, gt=0, le=1)
+    cpu_kvcache_gib: int = Field(default=2, ge=1)
+
+
+class ClipConfig(Strict):
+    eps_low: float = Field(default=0.2, ge=0)
+    eps_high: float = Field(default=0.28, ge=0)
+
+
+class KLConfig(Strict):
+    beta: float = Field(default=0.0, ge=0)
+    estimator: Literal["k1", "k2", "k3"] = "k3"
+    target: Literal["reward", "loss"] = "loss"
+
+
+class LengthPenaltyConfig(Strict):
+    kind: Literal["shortest_correct"] = "shortest_correct"
+    weight: float = Field(default=0.1, ge=0)
+    correct_threshold: float = 1.0
+
+
+class DynamicSamplingConfig(Strict):
+    enabled: bool = False
+    max_rounds: int = Field(default=3, ge=1)
+
+
+class AlgorithmConfig(Strict):
+    normalize_advantages: Literal["none", "group_std", "batch_std"] = "none"
+    clip: ClipConfig | None = None
+    ppo_epochs: int = Field(default=1, ge=1)
+    loss_aggregation: Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean"] = "token_mean"
+    kl: KLConfig = Field(default_factory=KLConfig)
+    length_penalty: LengthPenaltyConfig | None = None
+    mask_truncated: bool = False
+    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
+
+
+class TrainerConfig(Strict):
+    steps: int = Field(default=100, ge=1)
+    rollout_batch_size: int = Field(default=32, ge=1, description="completions per step")
+    micro_batch_size: int = Field(default=8, ge=1, description="sequences per forward/backward")
+    lr: float = Field(default=1e-6, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    warmup_steps: int = Field(default=0, ge=0)
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    max_grad_norm: float = Field(default=1.0, gt=0)
+    zero_stage: Literal[0, 1, 2, 3] = 2
+    offload_optimizer: bool = False
+    offload_params: bool = False
+    seed: int = 0
+    save_every: int = Field(default=50, ge=1)
+    keep_last: int = Field(default=2, ge=1)
+    eval_every: int | None = Field(default=None, ge=1)
+
+
+class EvalConfig(Strict):
+    split: str | None = None  # default: data.eval_split
+    limit: int | None = Field(default=None, ge=1)
+    k: list[int] = Field(default_factory=lambda: [1])
+    temperature: float = Field(default=0.0, ge=0)
+    max_tokens: int | None = Field(default=None, ge=1)
+    pass_threshold: float = 1.0  # a sample "passes" when its correctness reward is >= this
+    correctness_reward: str | None = None  # default: the recipe's first reward
+    # Evaluate on another task than the one trained on (e.g. train MBPP, evaluate HumanEval).
+    task: TaskRef | None = None
+    prompt: PromptConfig | None = None
+
+    @field_validator("task", mode="before")
+    @classmethod
+    def _task_shorthand(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @field_validator("k")
+    @classmethod
+    def _positive(cls, value: list[int]) -> list[int]:
+        if not value or any(k < 1 for k in value):
+            raise ValueError("k must be a non-empty list of positive integers")
+        return sorted(set(value))
+
+
+class Recipe(Strict):
+    name: str
+    description: str = ""
+    task: TaskRef
+    data: DataConfig = Field(default_factory=DataConfig)
+    prompt: PromptConfig
+    rewards: dict[str, RewardEntry]
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    # Named sets of overrides, e.g. a CPU-sized variant: `rlvr train RECIPE --profile cpu`.
+    profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("task", mode="before")
+    @classmethod
+    def _task_shorthand(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @field_validator("rewards", mode="before")
+    @classmethod
+    def _reward_shorthand(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: ({"weight": v} if isinstance(v, (int, float)) and not isinstance(v, bool) else v) for k, v in value.items()}
+        return value
+
+    @field_validator("rewards")
+    @classmethod
+    def _some_rewards(cls, value: dict) -> dict:
+        if not value:
+            raise ValueError("name at least one reward")
+        return value
+
+    @model_validator(mode="after")
+    def _batch_shapes(self) -> Recipe:
+        k, t = self.sampling.num_generations, self.trainer
+        if t.rollout_batch_size % k:
+            raise ValueError(
+                f"trainer.rollout_batch_size ({t.rollout_batch_size}) must be divisible by "
+                f"sampling.num_generations ({k}): each prompt gets K samples"
+            )
+        if t.rollout_batch_size % t.micro_batch_size:
+            raise ValueError(
+                f"trainer.micro_batch_size ({t.micro_batch_size}) must divide "
+                f"trainer.rollout_batch_size ({t.rollout_batch_size})"
+            )
+        return self
+
+    @property
+    def prompts_per_step(self) -> int:
+        return self.trainer.rollout_batch_size // self.sampling.num_generations
+
+    @property
+    def eval_task(self) -> TaskRef:
+        return self.eval.task or self.task
+
+    @property
+    def eval_prompt(self) -> PromptConfig:
+        return self.eval.prompt or self.prompt
+
+    @property
+    def eval_split(self) -> str:
+        return self.eval.split or self.data.eval_split
+
+
+def template_fields(prompt: PromptConfig) -> set[str]:
+    """Dataset columns a prompt's templates refer to."""
+    fields = set()
+    for text in (prompt.template, prompt.system or ""):
+        fields |= {f.split(".")[0].split("[")[0] for _, f, _, _ in string.Formatter().parse(text) if f}
+    return fields
+
+
+ModelConfig.model_rebuild()
+
+
+def _set_path(data: dict, dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = data
+    for key in keys[:-1]:
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            raise RlvrError(f"--set {dotted}: {key!r} is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def parse_overrides(pairs: list[str]) -> list[tuple[str, Any]]:
+    out = []
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise RlvrError(f"--set expects key=value (e.g. trainer.lr=1e-6), got {pair!r}")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        out.append((key.strip(), value))
+    return out
+
+
+def _format_validation_error(source: str, exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "recipe"
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        parent = Recipe
+        for part in err["loc"][:-1]:
+            field = getattr(parent, "model_fields", {}).get(str(part))
+            parent = _model_of(field.annotation) if field else None
+            if parent is None:
+                break
+        hint = did_you_mean(str(err["loc"][-1]), parent.model_fields) if parent else ""
+        msg = f"unknown setting{hint}"
+    extra = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+    return f"{source}: {loc}: {msg}{extra}"
+
+
+def _model_of(annotation: Any):
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_of(arg)
+        if found:
+            return found
+    return None
+
+
+def _merge(base: dict, extra: dict) -> dict:
+    out = dict(base)
+    for key, value in extra.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def load_recipe(
+    path: str | os.PathLike, overrides: list[str] | None = None, profile: str | None = None
+) -> Recipe:
+    """Read, apply a profile and overrides, validate; bad input raises ``RlvrError`` (one line)."""
+    path = Path(path)
+    if not path.is_file():
+        raise RlvrError(f"recipe not found: {path}")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise RlvrError(f"{path}:{where}: malformed YAML: {problem}") from None
+    except UnicodeDecodeError:
+        raise RlvrError(f"{path}: not a text file") from None
+    if not isinstance(data, dict):
+        raise RlvrError(f"{path}: a recipe is a YAML mapping (name:, task:, prompt:, rewards:, ...)")
+    data.setdefault("name", path.stem)
+    if profile is not None:
+        profiles = data.get("profiles") or {}
+        if not isinstance(profiles, dict) or profile not in profiles:
+            names = ", ".join(profiles) if isinstance(profiles, dict) and profiles else "none"
+            raise RlvrError(f"{path}: no profile {profile!r}{did_you_mean(profile, profiles or {})}; profiles: {names}")
+        if not isinstance(profiles[profile], dict):
+            raise RlvrError(f"{path}: profiles.{profile} must be a mapping of settings")
+        data = _merge(data, profiles[profile])
+    for key, value in parse_overrides(overrides or []):
+        _set_path(data, key, value)
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        raise RlvrError(_format_validation_error(str(path), exc)) from None
+
+
+def resolve(recipe: Recipe, registry: Registry) -> None:
+    """Check every name in the recipe against what the plugins registered."""
+    _check_task(registry, recipe.task, recipe.prompt, [recipe.data.train_split], recipe, "")
+    _check_task(registry, recipe.eval_task, recipe.eval_prompt, [recipe.eval_split], recipe, "eval.")
+    _check_correctness(recipe)
+
+
+def _check_task(registry: Registry, ref: TaskRef, prompt: PromptConfig, splits: list[str], recipe: Recipe, where: str) -> None:
+    task = registry.task(ref.name)
+    columns = set(task.columns)
+    _check_task_options(task, ref.options, where)
+    for split in splits:
+        if task.splits and split not in task.splits:
+            raise RlvrError(
+                f"task {task.name!r} has no split {split!r}{did_you_mean(split, task.splits)}; "
+                f"it has: {', '.join(task.splits)}"
+            )
+    missing = sorted(template_fields(prompt) - columns)
+    if missing:
+        raise RlvrError(
+            f"{where}prompt template uses {{{missing[0]}}} but task {task.name!r} has no such column"
+            f"{did_you_mean(missing[0], columns)}; columns: {', '.join(sorted(columns))}"
+        )
+    for name, entry in recipe.rewards.items():
+        spec = registry.reward(name)
+        for option in entry.options:
+            if option not in spec.options:
+                known = ", ".join(sorted(spec.options)) or "none"
+                raise RlvrError(
+                    f"reward {name!r} has no option {option!r}{did_you_mean(option, spec.options)}; options: {known}"
+                )
+        for param, column in entry.columns.items():
+            if param not in spec.columns + spec.optional_columns:
+                raise RlvrError(f"rewards.{name}.columns: reward {name!r} takes no column {param!r}")
+        for param in spec.columns:
+            column = entry.columns.get(param, param)
+            if column not in columns:
+                raise RlvrError(
+                    f"reward {name!r} needs column {column!r} but task {task.name!r} has only: "
+                    f"{', '.join(sorted(columns))} (map one with rewards.{name}.columns.{param})"
+                )
+
+
+def _check_task_options(task, options: dict, where: str) -> None:
+    params = inspect.signature(task.load).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        return
+    allowed = [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY and n != "data_dir"]
+    for option in options:
+        if option not in allowed:
+            raise RlvrError(
+                f"{where}task.options: task {task.name!r} has no option {option!r}"
+                f"{did_you_mean(option, allowed)}; options: {', '.join(allowed) or 'none'}"
+            )
+
+
+def _check_correctness(recipe: Recipe) -> None:
+    correctness = recipe.eval.correctness_reward
+    if correctness is not None and correctness not in recipe.rewards:
+        raise RlvrError(
+            f"eval.correctness_reward {correctness!r} is not among the recipe's rewards"
+            f"{did_you_mean(correctness, recipe.rewards)}"
+        )
+
+
+def data_dir() -> Path:
+    """Where offline copies of datasets live: ``RLVR_DATA_DIR`` or the user cache."""
+    env = os.environ.get("RLVR_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    return cache_dir() / "data"
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("RLVR_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rlvr"
+    )
+    return Path(base)
+
+
+def peek_rows(recipe: Recipe, registry: Registry, root: Path) -> None:
+    """Read the first row of the train and eval splits and check the columns are really there."""
+    for ref, split in ((recipe.task, recipe.data.train_split), (recipe.eval_task, recipe.eval_split)):
+        task = registry.task(ref.name)
+        first = next(iter(task.load(split, data_dir=root, **ref.options)), None)
+        if first is None:
+            raise RlvrError(f"task {task.name!r} split {split!r} is empty")
+        missing = sorted(set(task.columns) - set(first))
+        if missing:
+            raise RlvrError(f"task {task.name!r} split {split!r}: rows lack column {missing[0]!r}")
