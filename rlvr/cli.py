@@ -39,6 +39,12 @@ def cli():
     """
 
 
+def _recipe_options(fn):
+    fn = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe setting.")(fn)
+    fn = click.option("--profile", default=None, help="Apply one of the recipe's profiles (e.g. cpu).")(fn)
+    return fn
+
+
 def _registry():
     from .plugins import load_registry
 
@@ -183,12 +189,6 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
         if os.path.exists(tmp):
             os.unlink(tmp)
     click.echo(f"scored {scored}/{count} records with {reward_name!r} -> {output_path}", err=True)
-
-
-def _recipe_options(fn):
-    fn = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe setting.")(fn)
-    fn = click.option("--profile", default=None, help="Apply one of the recipe's profiles (e.g. cpu).")(fn)
-    return fn
 
 
 @cli.command()

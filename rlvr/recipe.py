@@ -123,6 +123,8 @@ class TrainerConfig(Strict):
     save_every: int = Field(default=50, ge=1)
     keep_last: int = Field(default=2, ge=1)
     eval_every: int | None = Field(default=None, ge=1)
+    eval_at_start: bool = False  # held-out accuracy before training (written to eval.jsonl)
+    eval_at_end: bool = False
 
 
 class EvalConfig(Strict):

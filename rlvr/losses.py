@@ -1,0 +1,88 @@
+"""The tensor side of RLOO: per-token log-probs, the (optionally clipped) policy loss,
+KL estimators, and loss aggregation. Pure functions, tested against hand-computed numbers.
+
+Shapes: ``[B, T]`` for per-token values of B responses padded to T tokens; ``mask`` is 1
+on response tokens that count and 0 on padding.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    """log p(tokens[t] | ...) from logits aligned with tokens ([B, T, V], [B, T] -> [B, T])."""
+    # log_softmax then gather; float32 for stable sums under bf16 training.
+    return torch.gather(F.log_softmax(logits.float(), dim=-1), -1, tokens.unsqueeze(-1)).squeeze(-1)
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    logp = F.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
+    """Per-token estimate of KL(pi || ref) from samples of pi (Schulman's k1, k2, k3).
+
+    k1 = log r', k2 = (log r')^2 / 2, k3 = (r - 1) - log r, with r = ref/pi and log r' = -log r.
+    k1 is unbiased but can be negative; k3 is unbiased and non-negative; k2 is biased, low variance.
+    """
+    log_ratio = logp - ref_logp  # log pi/ref
+    if estimator == "k1":
+        return log_ratio
+    if estimator == "k2":
+        return 0.5 * log_ratio.pow(2)
+    if estimator == "k3":
+        # Clamp: exp of a large negative log-ratio is harmless, of a large positive one overflows.
+        neg = (-log_ratio).clamp(max=20.0)
+        return neg.exp() - 1.0 - neg
+    raise ValueError(f"unknown KL estimator {estimator!r} (k1, k2, k3)")
+
+
+def policy_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    clip: tuple[float, float] | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token policy-gradient loss and where clipping bit (low, high).
+
+    ``advantages`` is [B] or [B, T]. Without ``clip`` this is REINFORCE with a baseline:
+    ``-A * ratio`` whose gradient at ratio=1 is ``-A * grad log p``. With ``clip=(eps_low,
+    eps_high)`` it is PPO's pessimistic objective with DAPO's decoupled clip range.
+    """
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    ratio = torch.exp(logp - old_logp)
+    unclipped = -advantages * ratio
+    if clip is None:
+        zeros = torch.zeros_like(logp, dtype=torch.bool)
+        return unclipped, zeros, zeros
+    eps_low, eps_high = clip
+    clipped = -advantages * ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
+    loss = torch.maximum(unclipped, clipped)
+    clipped_low = (ratio < 1.0 - eps_low) & (advantages < 0)
+    clipped_high = (ratio > 1.0 + eps_high) & (advantages > 0)
+    return loss, clipped_low, clipped_high
+
+
+def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, num_tokens: float, num_seqs: float) -> torch.Tensor:
+    """Sum of this micro-batch's share of a batch-level mean.
+
+    ``num_tokens`` and ``num_seqs`` count the whole batch (all micro-batches, all ranks),
+    so micro-batch losses add up to exactly the batch mean whatever the split:
+
+    - token_mean: every response token of the batch weighs the same (DAPO);
+    - seq_mean_token_sum: per-response token sums, averaged over responses;
+    - seq_mean_token_mean: per-response token means, averaged over responses (GRPO paper).
+    """
+    mask = mask.to(values.dtype)
+    if mode == "token_mean":
+        return (values * mask).sum() / max(num_tokens, 1.0)
+    per_seq = (values * mask).sum(-1)
+    if mode == "seq_mean_token_sum":
+        return per_seq.sum() / max(num_seqs, 1.0)
+    if mode == "seq_mean_token_mean":
+        return (per_seq / mask.sum(-1).clamp(min=1.0)).sum() / max(num_seqs, 1.0)
+    raise ValueError(f"unknown loss aggregation {mode!r}")

@@ -1,0 +1,161 @@
+"""Samplers: vLLM (fast, weights synced from the trainer after every step) and a
+transformers ``generate`` fallback that samples from the live training model.
+
+Both take prompts as token ids, so the trainer and the sampler see the same tokens.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Sequence
+
+import torch
+
+
+@dataclass
+class Completion:
+    text: str
+    token_ids: list[int]
+    truncated: bool  # stopped by max_tokens, not by an end-of-sequence token
+
+
+class VLLMSampler:
+    """vLLM colocated with the trainer: one engine per rank.
+
+    With one process the engine runs inside it (weights are handed over as tensors, no copy
+    to disk); with several ranks each rank's engine runs in a child process with its own
+    process group, and weights travel through a safetensors folder in shared memory.
+    """
+
+    def __init__(self, model_path: str, *, max_model_len: int, seed: int, gpu_memory_utilization: float,
+                 cpu_kvcache_gib: int, in_process: bool, on_cpu: bool):
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cpu_kvcache_gib))
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
+        from vllm import LLM
+
+        self.in_process = in_process
+        self.llm = LLM(
+            model=model_path,
+            dtype="bfloat16",
+            seed=seed,
+            max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enforce_eager=on_cpu,
+            enable_prefix_caching=True,
+        )
+
+    def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
+                 max_tokens: int, seed: int | None = None) -> list[list[Completion]]:
+        from vllm import SamplingParams
+
+        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
+        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompt_ids], params, use_tqdm=False)
+        return [
+            [Completion(o.text, list(o.token_ids), o.finish_reason == "length") for o in out.outputs]
+            for out in outputs
+        ]
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        if self.in_process:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+        else:
+            from safetensors.torch import save_file
+
+            folder = tempfile.mkdtemp(prefix="rlvr-sync-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+            try:
+                save_file({k: v.contiguous() for k, v in weights}, os.path.join(folder, "model.safetensors"))
+                self.llm.collective_rpc("reload_weights", kwargs={"weights_path": folder})
+            finally:
+                shutil.rmtree(folder, ignore_errors=True)
+        self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        del self.llm
+
+
+class HFSampler:
+    """transformers ``generate`` on the live training model: no weight sync needed."""
+
+    def __init__(self, get_model: Callable[[], torch.nn.Module], tokenizer, *, synced: bool):
+        self.get_model, self.tokenizer, self.synced = get_model, tokenizer, synced
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
+                 max_tokens: int, seed: int | None = None) -> list[list[Completion]]:
+        model = self.get_model()
+        was_training = model.training
+        model.eval()
+        device = next(model.parameters()).device
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        eos = set(_eos_ids(model, self.tokenizer))
+        width = max(len(p) for p in prompt_ids)
+        input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompt_ids], device=device)
+        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], device=device)
+        if seed is not None:
+            torch.manual_seed(seed)
+        kwargs = dict(do_sample=temperature > 0, max_new_tokens=max_tokens, num_return_sequences=n,
+                      pad_token_id=pad, synced_gpus=self.synced)
+        if temperature > 0:
+            kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
+        out = model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
+        if was_training:
+            model.train()
+        groups: list[list[Completion]] = []
+        for i, row in enumerate(out[:, width:].tolist()):
+            ids, truncated = [], True
+            for token in row:
+                ids.append(token)
+                if token in eos:
+                    truncated = False
+                    break
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            if i % n == 0:
+                groups.append([])
+            groups[-1].append(Completion(text, ids, truncated))
+        return groups
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        for _ in weights:  # samples from the live model; still drain (ZeRO-3 gathers are collective)
+            pass
+
+    def close(self) -> None:
+        pass
+
+
+def _eos_ids(model, tokenizer) -> list[int]:
+    ids = model.generation_config.eos_token_id if getattr(model, "generation_config", None) else None
+    ids = ids if isinstance(ids, list) else [ids] if ids is not None else []
+    if tokenizer.eos_token_id is not None:
+        ids.append(tokenizer.eos_token_id)
+    return ids
+
+
+def hf_state_for_sync(module: torch.nn.Module, zero3: bool, chunk: int = 16) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, full tensor) pairs in Hugging Face naming; under ZeRO-3 a few gathered at a time.
+
+    Every rank must drain this iterator: ZeRO-3 gathers are collective.
+    """
+    named = list(_merged_named_parameters(module))
+    if not zero3:
+        for name, param in named:
+            yield name, param.detach()
+        return
+    import deepspeed
+
+    for start in range(0, len(named), chunk):
+        part = named[start : start + chunk]
+        with deepspeed.zero.GatheredParameters([p for _, p in part], modifier_rank=None):
+            for name, param in part:
+                yield name, param.detach().clone()
+
+
+def _merged_named_parameters(module: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Parameter]]:
+    """Parameters under their base-model names; a peft model must be merged by the caller."""
+    for name, param in module.named_parameters():
+        if "lora_" in name or "modules_to_save" in name:
+            continue
+        name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+        yield name, param
