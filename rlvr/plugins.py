@@ -39,12 +39,17 @@ def get_plugin_manager(load_entry_points: bool = True) -> pluggy.PluginManager:
     pm.add_hookspecs(hookspecs)
     if load_entry_points:
         allowed = _allow_list()
-        names = [None] if allowed is None else sorted(allowed)
+        names = sorted({ep.name for ep in md.entry_points(group=ENTRY_POINT_GROUP)})
         for name in names:
+            if allowed is not None and name not in allowed:
+                continue
             try:
                 pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=name)
             except Exception as exc:  # a broken third-party plugin must not look like our bug
-                raise RlvrError(f"a plugin in entry-point group {ENTRY_POINT_GROUP!r} failed to load: {exc!r}") from exc
+                raise RlvrError(
+                    f"plugin {name!r} (entry point group {ENTRY_POINT_GROUP!r}) failed to load: "
+                    f"{type(exc).__name__}: {exc}; disable it with RLVR_LOAD_PLUGINS"
+                ) from exc
     pm.check_pending()
     if os.environ.get("RLVR_TRACE_PLUGINS"):
         _trace(pm)

@@ -1,0 +1,781 @@
+"""Math answer checker: reward 1.0 when the completion's final answer equals the gold answer.
+
+Registered as reward ``math``. Dataset column ``answer``: a final answer (``"42"``,
+``"\\frac{1}{2}"``) or a full solution (GSM8K ``... #### 42``, MATH ``... \\boxed{42}``).
+
+Pipeline, per sample, in a worker process of :class:`rlvr.workers.DeadlinePool`
+(math-verify times out with ``signal.alarm``, which only works in a main thread,
+and sympy can hang inside C code where no signal handler runs, so a worker that
+overruns ``timeout`` is killed from outside and replaced):
+
+1. extract the gold answer (``gold`` option) and the predicted answer (``extract``);
+2. normalise both strings (math delimiters, ``\\dfrac``, ``\\mathrm{e}``, units,
+   thousands separators, ``\\$``, degrees, scientific notation, repeating decimals);
+3. parse both with math-verify, each wrapped in ``\\boxed{}`` so that only the
+   LaTeX parser runs on the whole string (math-verify's plain-text extractor picks
+   the last number out of ``3x-y+13=0``); a parse is rejected unless it consumed
+   the whole normalised string;
+4. ``math_verify.verify``; when it says "equal", independent checks can veto it:
+   exact comparison of numbers (math-verify chops differences below 1e-15, so
+   ``1/2004!`` equalled ``1/2006!``), a relative tolerance when decimals are
+   involved, equations vs values (only ``x = 5`` may stand for ``5``), equations
+   vs equations (the same up to a nonzero constant factor), element-wise checks
+   of tuples, sets, intervals and matrices, and a numeric test of symbolic
+   expressions at random points. When math-verify says "different", two
+   equations that are nonzero multiples of each other are still accepted.
+
+Values: 1.0 equal, 0.0 different / no answer found / too slow (reason in
+``info["why"]``), ``None`` when the gold answer cannot be parsed or the checker
+itself failed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from typing import Any, Sequence
+
+from rlvr import RlvrError, Score, hookimpl
+
+__all__ = ["math_reward", "check_answer", "extract_answer", "extract_gold", "last_boxed", "rlvr_register_rewards"]
+
+EXTRACT_MODES = ("boxed", "hash", "tag", "last_number", "auto")
+GOLD_MODES = ("auto", "hash", "boxed", "raw")
+
+# --------------------------------------------------------------------------- extraction
+# Pure string work, no math imports: usable and testable in the host process.
+
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
+
+
+_BRACE_RE = re.compile(r"\\.|[{}]", re.DOTALL)
+
+
+def _balanced_group(text: str, open_index: int) -> int | None:
+    """Index of the ``}`` closing the ``{`` at ``open_index`` (``\\{``/``\\}`` skipped), or None."""
+    depth = 0
+    for m in _BRACE_RE.finditer(text, open_index):
+        token = m.group(0)
+        if token == "{":
+            depth += 1
+        elif token == "}":
+            depth -= 1
+            if depth == 0:
+                return m.start()
+    return None
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces kept), or of ``\\boxed 5``.
+
+    ``None`` when there is none or the last one is not closed (a cut-off answer).
+    """
+    match = None
+    for match in _BOX_RE.finditer(text):
+        pass
+    if match is None:
+        return None
+    i = match.end()
+    while i < len(text) and text[i] in " \t":
+        i += 1
+    if i < len(text) and text[i] == "{":
+        end = _balanced_group(text, i)
+        return None if end is None else text[i + 1 : end].strip()
+    token = re.match(r"[^\s$]+", text[i:])  # "\boxed 5" is valid TeX
+    if token is None:
+        return None
+    return token.group(0).rstrip(".")
+
+
+_HASH_RE = re.compile(r"####[ \t]*([^\n]*)")
+_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
+_NUMBER_RE = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
+_PHRASE_RE = re.compile(r"(?i)\banswer\s*(?:is|:)\s*(?:\*\*)?\s*([^\n]+)")
+
+
+def _hash_answer(text: str) -> str | None:
+    found = _HASH_RE.findall(text)
+    if not found:
+        return None
+    answer = found[-1].strip().rstrip(".").strip()
+    return answer or None
+
+
+def _tag_answer(text: str) -> str | None:
+    found = _TAG_RE.findall(text)
+    if not found:
+        return None
+    inner = found[-1].strip()
+    boxed = last_boxed(inner)
+    return boxed if boxed is not None else (inner or None)
+
+
+def _phrase_answer(text: str) -> str | None:
+    found = _PHRASE_RE.findall(text)
+    if not found:
+        return None
+    answer = found[-1].strip().strip("*").strip()
+    answer = re.sub(r"\.\s*$", "", answer)
+    return answer or None
+
+
+def _last_number(text: str) -> str | None:
+    found = _NUMBER_RE.findall(text)
+    return found[-1] if found else None
+
+
+def _final_part(text: str) -> str:
+    """The part after the last ``</think>``: reasoning may contain drafts of answers."""
+    cut = text.rfind("</think>")
+    return text if cut < 0 else text[cut + len("</think>") :]
+
+
+def extract_answer(text: str, mode: str = "boxed") -> str | None:
+    """The final answer in a completion, by ``mode`` (see ``EXTRACT_MODES``), or None."""
+    text = _final_part(text)
+    if mode == "boxed":
+        return last_boxed(text)
+    if mode == "hash":
+        return _hash_answer(text)
+    if mode == "tag":
+        return _tag_answer(text)
+    if mode == "last_number":
+        return _last_number(text)
+    if mode == "auto":
+        for finder in (_tag_answer, last_boxed, _hash_answer, _phrase_answer, _last_number):
+            answer = finder(text)
+            if answer is not None:
+                return answer
+        return None
+    raise ValueError(f"unknown extract mode {mode!r}")
+
+
+def extract_gold(text: str, mode: str = "auto") -> str | None:
+    """The gold final answer: after ``####`` (commas dropped), else the last ``\\boxed{}``, else all."""
+    text = text.strip()
+    if mode in ("auto", "hash") and "####" in text:
+        answer = _hash_answer(text)
+        return None if answer is None else re.sub(r"(?<=\d),(?=\d{3}\b)", "", answer)
+    if mode == "hash":
+        return None
+    if mode in ("auto", "boxed") and _BOX_RE.search(text):
+        return last_boxed(text)
+    if mode == "boxed":
+        return None
+    return text or None
+
+
+# --------------------------------------------------------------------------- normalisation
+
+_DELIMS = ((r"$$", r"$$"), ("$", "$"), (r"\(", r"\)"), (r"\[", r"\]"))
+_FONT_LETTER_RE = re.compile(r"\\(?:mathrm|mathit|mathbf|mathsf|mathtt|mathnormal|textrm|textit|textbf|text|operatorname)\s*\{\s*([A-Za-z])\s*\}")
+_DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\degree|°")
+_THIN_SEP_RE = re.compile(r"(?<=\d)(?:\\,|\\;|\\:|\\ |~|\{,\})(?=\d{3}(?!\d))")
+_SPACED_THOUSANDS_RE = re.compile(r"[-+]?\d{1,3}(?: \d{3})+(?:\.\d+)?")
+_SCI_RE = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*[eE]\s*([-+]?\d+)")
+_REPEATING_RE = re.compile(r"(-?)(\d*)\.(\d*)\\overline\s*\{(\d+)\}")
+_UNIT_TEXT_RE = re.compile(
+    r"\\(?:text|textrm|textnormal|textit|mbox|mathrm)\s*\{\s*[A-Za-z][A-Za-z .]*\}\s*(?:\^\s*\{?\s*[23]\s*\}?)?\s*$"
+)
+_UNIT_WORDS_RE = re.compile(r"(?<=[\d}])\s+([A-Za-z]{2,}(?:\s+[A-Za-z]{2,})*)\.?\s*(?:\^\s*\{?\s*[23]\s*\}?)?\s*$")
+# Words that are mathematics, not units, when they trail an expression.
+_MATH_WORDS = {"pi", "sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "sqrt", "inf", "infinity",
+               "percent", "percentage", "pct", "and", "or", "mod", "degrees", "degree", "radians", "rad"}
+
+
+def _strip_delimiters(s: str) -> str:
+    changed = True
+    while changed:
+        changed = False
+        s = s.strip()
+        for left, right in _DELIMS:
+            if len(s) >= len(left) + len(right) and s.startswith(left) and s.endswith(right):
+                s = s[len(left) : len(s) - len(right)]
+                changed = True
+                break
+    return s
+
+
+def _depth_at(s: str, index: int) -> int:
+    depth, i = 0, 0
+    while i < index:
+        if s[i] == "\\":
+            i += 2
+            continue
+        depth += s[i] == "{"
+        depth -= s[i] == "}"
+        i += 1
+    return depth
+
+
+def _strip_units(s: str) -> str:
+    """Drop trailing units: ``5\\text{ cm}^2``, ``12 square feet``; never text inside braces."""
+    for _ in range(2):
+        m = _UNIT_TEXT_RE.search(s)
+        if m and s[: m.start()].strip() and _depth_at(s, m.start()) == 0:
+            s = s[: m.start()].rstrip()
+            continue
+        m = _UNIT_WORDS_RE.search(s)
+        if m and not (set(m.group(1).lower().split()) & _MATH_WORDS) and _depth_at(s, m.start()) == 0:
+            s = s[: m.start()].rstrip()
+            continue
+        break
+    return s
+
+
+def _repeating_to_fraction(m: re.Match) -> str:
+    sign, whole, fixed, period = m.group(1), m.group(2) or "0", m.group(3), m.group(4)
+    # x = whole.fixed(period)(period)...  =>  x = (whole fixed period - whole fixed) / (10^k (10^p - 1))
+    denominator = (10 ** len(period) - 1) * 10 ** len(fixed)
+    numerator = int(whole + fixed + period) - int(whole + fixed)
+    return f"{sign}\\frac{{{numerator}}}{{{denominator}}}"
+
+
+_UNICODE = str.maketrans({"\u2212": "-", "\u2013": "-", "\u00d7": "\\times ", "\u00f7": "\\div ", "\u00b7": "\\cdot ",
+                          "\u22c5": "\\cdot ", "\u03c0": "\\pi ", "\u221e": "\\infty ", "\u221a": "\\sqrt ", "\u00a0": " ",
+                          "\u2009": " ", "\u202f": " ", "\u2264": "\\le ", "\u2265": "\\ge ", "\u2260": "\\ne "})
+
+
+def normalize_answer(s: str) -> str:
+    """String-level clean-up before parsing; conservative: it never drops digits or signs inside braces."""
+    s = _strip_delimiters(s.strip().translate(_UNICODE))
+    s = s.replace("\\displaystyle", "").replace("\\$", "").replace("\\!", "")
+    s = re.sub(r"\\[dt]frac", r"\\frac", s)
+    # math-verify turns \mathrm{..} into \text{..} and then drops a \text{..} at the end of the
+    # string as a unit -- even inside a fraction: "1-\frac{1}{\mathrm{e}}" parsed as "1-\frac{1}{".
+    s = _FONT_LETTER_RE.sub(r"\1", s)
+    s = _DEGREE_RE.sub("", s)
+    s = _THIN_SEP_RE.sub("", s)
+    s = _strip_units(s)
+    s = s.strip().rstrip(".").strip() if not s.endswith("..") else s.strip()
+    if _SPACED_THOUSANDS_RE.fullmatch(s):
+        s = s.replace(" ", "")
+    m = _SCI_RE.fullmatch(s)
+    if m:
+        s = f"{m.group(1)}\\times 10^{{{m.group(2)}}}"
+    s = _REPEATING_RE.sub(_repeating_to_fraction, s)
+    return re.sub(r"\s+", " ", s).strip()
+
+
+def _key(s: str) -> str:
+    return re.sub(r"\s+", "", s)
+
+
+# --------------------------------------------------------------------------- worker-side checking
+# Everything below imports math-verify/sympy lazily and runs in worker processes.
+
+_MV: dict[str, Any] = {}
+
+
+class _SoftTimeout(BaseException):
+    """Raised by SIGALRM inside a worker; a BaseException so that no ``except Exception`` swallows it."""
+
+
+def _on_alarm(signum, frame):  # pragma: no cover - timing dependent
+    raise _SoftTimeout()
+
+
+def _init_worker() -> None:
+    """Worker initializer: import the math stack once and quiet its per-sample warnings."""
+    import logging
+    import signal
+
+    import math_verify
+    import sympy
+    from latex2sympy2_extended.latex2sympy2 import NormalizationConfig, normalize_latex
+
+    for name in ("math_verify", "latex2sympy2_extended"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    norm = NormalizationConfig(basic_latex=True, units=False, malformed_operators=True, nits=True, boxed="all", equations=False)
+    _MV.update(
+        parse=math_verify.parse,
+        verify=math_verify.verify,
+        normalize=normalize_latex,
+        norm_last=NormalizationConfig(**{**norm.__dict__, "boxed": "last"}),
+        # Units are handled by normalize_answer: math-verify's unit stripping truncates (see there).
+        latex_cfg=[math_verify.LatexExtractionConfig(boxed_match_priority=0, normalization_config=norm)],
+        expr_cfg=[math_verify.ExprExtractionConfig()],
+        sympy=sympy,
+    )
+    signal.signal(signal.SIGALRM, _on_alarm)
+    _parse_side("\\frac{1}{2}+x")  # warm the regex and parser caches
+
+
+def _show(x: Any, limit: int = 200) -> str:
+    try:
+        text = str(x)
+    except Exception:  # noqa: BLE001 - e.g. integers beyond the str() digit limit
+        text = f"<{type(x).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+class _Parsed:
+    __slots__ = ("text", "key", "expr", "note")
+
+    def __init__(self, text: str, key: str, expr: Any, note: str):
+        self.text, self.key, self.expr, self.note = text, key, expr, note
+
+
+def _parse_side(clean: str) -> _Parsed:
+    parse, normalize = _MV["parse"], _MV["normalize"]
+    boxed = "\\boxed{" + clean + "}"
+    expected = normalize(boxed, _MV["norm_last"]).strip()
+    key = _key(expected)
+    found = parse(boxed, extraction_config=_MV["latex_cfg"], fallback_mode="first_match", parsing_timeout=None)
+    expr = found[0] if found and not isinstance(found[0], str) else None
+    note = "parsed"
+    if expr is not None:
+        got = found[-1] if isinstance(found[-1], str) else ""
+        # The parse must stand for the whole answer: math-verify may parse a piece of it.
+        if _key(got) != key or expected.count("{") != expected.count("}"):
+            expr, note = None, f"partial parse rejected ({_show(got, 60)!r})"
+        elif re.search(r"\d\s+\d", expected):
+            # latex2sympy reads "2 3" as 2+3 and "1 000" as 1*0.
+            expr, note = None, "digits separated by spaces are ambiguous"
+    elif not re.search(r"\\[A-Za-z]", clean):
+        # Plain-text maths such as "sqrt(2)/2"; accepted only if the whole string was used.
+        found = parse(clean, extraction_config=_MV["expr_cfg"], fallback_mode="first_match", parsing_timeout=None)
+        if found and not isinstance(found[0], str) and _key(str(found[-1])) == _key(clean):
+            expr = found[0]
+        else:
+            note = "could not parse"
+    else:
+        note = "could not parse"
+    return _Parsed(clean, key, expr, note)
+
+
+# ---- exact and numeric comparison of sympy objects -------------------------------------------
+
+_REL_TOL_FLOAT = 2e-6  # a decimal with 6 significant digits matches (1/3 vs 0.333333)
+_ZERO_PREC_BITS = 10  # evalf returns "0.e-160" (precision ~1 bit) for a zero it cannot prove
+
+
+def _combine(verdicts) -> bool | None:
+    verdicts = list(verdicts)
+    if any(v is False for v in verdicts):
+        return False
+    if verdicts and all(v is True for v in verdicts):
+        return True
+    return None
+
+
+def _has_float(e) -> bool:
+    sp = _MV["sympy"]
+    try:
+        return bool(e.atoms(sp.Float))
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _is_zero_value(v) -> bool | None:
+    """Is the evalf result ``v`` zero? sympy's evalf is adaptive: a nonzero difference
+    comes back with full precision, one it cannot tell from zero as ``0.e-160``."""
+    sp = _MV["sympy"]
+    if v == 0:
+        return True
+    parts = [sp.re(v), sp.im(v)] if not v.is_real else [v]
+    result = True
+    for part in parts:
+        if part == 0:
+            continue
+        if not isinstance(part, sp.Float):
+            return None
+        if part._prec > _ZERO_PREC_BITS:
+            result = False
+    return result
+
+
+def _numbers_equal(g, p) -> bool | None:
+    """Exact comparison of constant expressions; relative tolerance when decimals appear."""
+    sp = _MV["sympy"]
+    try:
+        g, p = g.doit(), p.doit()
+        if g == p:
+            return True
+        if isinstance(g, sp.Rational) and isinstance(p, sp.Rational):
+            return False
+        gv, pv = g.evalf(30), p.evalf(30)
+        if not (gv.is_number and pv.is_number):
+            return None
+        if gv.is_finite is False or pv.is_finite is False:
+            return bool(gv == pv)
+        if _has_float(g) or _has_float(p):
+            scale = max(abs(gv), abs(pv))
+            return bool(abs(gv - pv) <= _REL_TOL_FLOAT * scale)
+        return _is_zero_value((g - p).evalf(30))
+    except _SoftTimeout:
+        raise
+    except Exception:  # noqa: BLE001 - sympy raises many things on odd input
+        return None
+
+
+def _sample_points(symbols, count: int):
+    import random
+
+    rng = random.Random(20240917)  # fixed: the same pair always gets the same verdict
+    sp = _MV["sympy"]
+    for _ in range(count):
+        yield {s: sp.Rational(rng.choice([-1, 1]) * rng.randint(3, 97), rng.randint(2, 29)) for s in symbols}
+
+
+def _values_at(exprs, point):
+    """Values at a point, substituted exactly so that evalf sees (and resolves) any cancellation."""
+    sp = _MV["sympy"]
+    values = []
+    for e in exprs:
+        v = e.xreplace(point).evalf(30)
+        if not v.is_number or v.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
+            return None
+        values.append(v)
+    return values
+
+
+def _texty(e) -> bool:
+    """``Monday`` parses as M*o*n*d*a*y: math-verify compares such things as text."""
+    sp = _MV["sympy"]
+    return isinstance(e, sp.Symbol) or (isinstance(e, sp.Mul) and all(isinstance(a, sp.Symbol) or a == sp.E for a in e.args))
+
+
+def _functions_equal(g, p) -> bool | None:
+    """Numeric identity test at a few random rational points: False is a proof of difference."""
+    symbols = sorted(g.free_symbols | p.free_symbols, key=str)
+    tol_float = _has_float(g) or _has_float(p)
+    agreed = 0
+    for point in _sample_points(symbols, 4):
+        try:
+            values = _values_at((g, p, g - p), point)
+        except _SoftTimeout:
+            raise
+        except Exception:  # noqa: BLE001
+            values = None
+        if values is None:
+            continue
+        gv, pv, dv = values
+        if tol_float:
+            same = abs(gv - pv) <= _REL_TOL_FLOAT * max(abs(gv), abs(pv))
+        else:
+            same = _is_zero_value(dv) is True
+        if not same:
+            return False
+        agreed += 1
+    return True if agreed >= 2 else None
+
+
+def _proportional(e1, e2) -> bool | None:
+    """Do ``e1 = 0`` and ``e2 = 0`` describe the same equation (e1 = c * e2, c a nonzero constant)?"""
+    symbols = sorted(e1.free_symbols | e2.free_symbols, key=str)
+    if not symbols:
+        return None
+    ratios = []
+    for point in _sample_points(symbols, 5):
+        try:
+            values = _values_at((e1, e2), point)
+        except _SoftTimeout:
+            raise
+        except Exception:  # noqa: BLE001
+            values = None
+        if values is None:
+            continue
+        v1, v2 = values
+        z1, z2 = abs(v1) < 1e-25, abs(v2) < 1e-25
+        if z1 and z2:
+            continue
+        if z1 != z2:
+            return False
+        ratios.append(v1 / v2)
+    if len(ratios) < 2:
+        return None
+    tol = _REL_TOL_FLOAT if (_has_float(e1) or _has_float(e2)) else 1e-15
+    first = ratios[0]
+    return all(abs(r - first) <= tol * abs(first) for r in ratios[1:])
+
+
+def _is_assignment_lhs(lhs) -> bool:
+    """``x``, ``f(x)``, ``x+y``: a left side naming what the value is, not an equation to solve."""
+    sp = _MV["sympy"]
+    try:
+        return bool(lhs.free_symbols) and not lhs.atoms(sp.Number)
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def _percent_forms(e) -> list:
+    """latex2sympy writes ``5\\%`` as ``5*UnevaluatedExpr(1/100)``; math-verify lets it equal 5 or 0.05."""
+    sp = _MV["sympy"]
+    if isinstance(e, sp.Mul) and len(e.args) == 2 and e.args[1] == sp.UnevaluatedExpr(sp.Rational(1, 100)):
+        return [e.args[0], e.args[0] / 100]
+    return [e]
+
+
+def _strict_check(g, p, depth: int = 0) -> bool | None:
+    """Our own verdict on a pair math-verify called equal: True, False (veto) or None (no opinion)."""
+    sp = _MV["sympy"]
+    if depth > 6 or isinstance(g, str) or isinstance(p, str):
+        return None
+    gf, pf = _percent_forms(g), _percent_forms(p)
+    if len(gf) > 1 or len(pf) > 1:
+        verdicts = [_strict_check(a, b, depth + 1) for a in gf for b in pf]
+        if any(v is True for v in verdicts):
+            return True
+        return False if all(v is False for v in verdicts) else None
+
+    g_eq, p_eq = isinstance(g, sp.Eq), isinstance(p, sp.Eq)
+    if g_eq and p_eq:
+        if g.lhs == p.lhs and _is_assignment_lhs(g.lhs):
+            rhs = _strict_check(g.rhs, p.rhs, depth + 1)
+            if rhs is not None:
+                return rhs
+        return _proportional(g.lhs - g.rhs, p.lhs - p.rhs)
+    if g_eq or p_eq:
+        eq, other = (g, p) if g_eq else (p, g)
+        if isinstance(other, (sp.Basic, sp.MatrixBase)) and not isinstance(other, (sp.Set, sp.Tuple, sp.Rel, sp.And)):
+            if _is_assignment_lhs(eq.lhs):
+                return _strict_check(eq.rhs, other, depth + 1) if g_eq else _strict_check(other, eq.rhs, depth + 1)
+            return False  # "x^2+1=0" is not the value 0
+        return None
+    if isinstance(g, (sp.Rel, sp.And)) or isinstance(p, (sp.Rel, sp.And)):
+        return None  # inequalities and systems: math-verify's own logic
+
+    if isinstance(g, sp.MatrixBase) and isinstance(p, sp.MatrixBase):
+        if g.shape != p.shape:
+            return False
+        return _combine(_strict_check(a, b, depth + 1) for a, b in zip(g, p))
+    if isinstance(g, sp.Interval) and isinstance(p, sp.Interval):
+        if (g.left_open, g.right_open) != (p.left_open, p.right_open):
+            return False
+        return _combine([_strict_check(g.start, p.start, depth + 1), _strict_check(g.end, p.end, depth + 1)])
+    if isinstance(g, sp.Tuple) and isinstance(p, sp.Tuple):
+        if len(g) != len(p):
+            return False
+        return _combine(_strict_check(a, b, depth + 1) for a, b in zip(g.args, p.args))
+    if isinstance(g, sp.FiniteSet) and isinstance(p, sp.FiniteSet):
+        return _sets_equal(list(g.args), list(p.args), depth)
+    if isinstance(g, (sp.Set, sp.Tuple)) or isinstance(p, (sp.Set, sp.Tuple)):
+        return None
+
+    if isinstance(g, sp.Expr) and isinstance(p, sp.Expr):
+        g_free, p_free = g.free_symbols, p.free_symbols
+        if not g_free and not p_free:
+            return _numbers_equal(g, p)
+        if g_free and p_free and not (_texty(g) or _texty(p)):
+            return _functions_equal(g, p)
+    return None
+
+
+def _sets_equal(gs: list, ps: list, depth: int) -> bool | None:
+    """Element-wise set comparison as a bipartite matching on our verdicts."""
+    if len(gs) != len(ps):
+        return False
+    if len(gs) > 10:
+        return None
+    table = [[_strict_check(a, b, depth + 1) for b in ps] for a in gs]
+
+    def matching(allowed) -> bool:
+        owner: dict[int, int] = {}
+
+        def augment(i: int, seen: set[int]) -> bool:
+            for j in range(len(ps)):
+                if allowed(table[i][j]) and j not in seen:
+                    seen.add(j)
+                    if j not in owner or augment(owner[j], seen):
+                        owner[j] = i
+                        return True
+            return False
+
+        return all(augment(i, set()) for i in range(len(gs)))
+
+    if matching(lambda v: v is True):
+        return True
+    if not matching(lambda v: v is not False):
+        return False
+    return None
+
+
+def _compare(gold: _Parsed, pred: _Parsed) -> tuple[bool, str]:
+    if gold.key == pred.key:
+        return True, "identical after normalisation"
+    if pred.expr is None:
+        return False, f"prediction: {pred.note}"
+    verdict = _MV["verify"](gold.expr, pred.expr, timeout_seconds=None)
+    sp = _MV["sympy"]
+    if verdict:
+        own = _strict_check(gold.expr, pred.expr)
+        if own is False:
+            return False, "math-verify said equal; rejected by the exact check"
+        return True, "equal (math-verify" + (", confirmed)" if own else ")")
+    if isinstance(gold.expr, sp.Eq) and isinstance(pred.expr, sp.Eq):
+        if _proportional(gold.expr.lhs - gold.expr.rhs, pred.expr.lhs - pred.expr.rhs):
+            return True, "equivalent equations (proportional)"
+    return False, "not equal"
+
+
+# ---- one sample, in a worker ------------------------------------------------------------------
+
+_GOLD_CACHE: dict[tuple[str, str], tuple[str | None, _Parsed | None]] = {}
+_GOLD_CACHE_SIZE = 4096
+
+
+def _gold_parsed(gold_text: str, mode: str) -> tuple[str | None, _Parsed | None]:
+    key = (mode, gold_text)
+    hit = _GOLD_CACHE.get(key)
+    if hit is None:
+        answer = extract_gold(gold_text, mode)
+        hit = (answer, None if answer is None else _parse_side(normalize_answer(answer)))
+        if len(_GOLD_CACHE) >= _GOLD_CACHE_SIZE:
+            _GOLD_CACHE.clear()
+        _GOLD_CACHE[key] = hit
+    return hit
+
+
+def check_answer(gold: str, pred: str) -> tuple[bool | None, dict[str, Any]]:
+    """Compare a gold final answer with a predicted one (both LaTeX/plain strings).
+
+    Returns (verdict, info); verdict None when the gold cannot be parsed. Worker-side:
+    needs math-verify; call :func:`_init_worker` first in a fresh process.
+    """
+    if not _MV:
+        _init_worker()
+    _, g = _gold_parsed(gold, "raw")
+    p = _parse_side(normalize_answer(pred))
+    return _verdict(g, p)
+
+
+def _verdict(g: _Parsed | None, p: _Parsed) -> tuple[bool | None, dict[str, Any]]:
+    info: dict[str, Any] = {"gold_norm": _show(g.text if g else None), "pred_norm": _show(p.text)}
+    if g is None:
+        return None, {**info, "why": "no gold answer"}
+    if g.expr is not None:
+        info["gold_parsed"] = _show(g.expr)
+    if p.expr is not None:
+        info["pred_parsed"] = _show(p.expr)
+    if g.expr is None and g.key != p.key:
+        return None, {**info, "why": f"gold answer: {g.note}"}
+    equal, why = _compare(g, p)
+    return equal, {**info, "why": why}
+
+
+def _score_item(item: tuple) -> dict[str, Any]:
+    """Worker entry point: (completion, gold, extract, gold_mode, max_chars, soft_seconds) -> dict."""
+    import signal
+
+    completion, gold_text, extract, gold_mode, max_chars, soft_seconds = item
+    if not _MV:
+        _init_worker()
+    signal.setitimer(signal.ITIMER_REAL, soft_seconds)
+    info: dict[str, Any] = {}
+    try:
+        pred = extract_answer(completion, extract)
+        info["pred"] = None if pred is None else _show(pred, 300)
+        gold, g = _gold_parsed(gold_text, gold_mode)
+        info["gold"] = None if gold is None else _show(gold, 300)
+        if gold is None:
+            return {"value": None, "info": {**info, "why": f"no gold answer found (gold={gold_mode!r})"}}
+        if pred is None:
+            return {"value": 0.0, "info": {**info, "why": f"no answer found (extract={extract!r})"}}
+        if len(pred) > max_chars:
+            return {"value": 0.0, "info": {**info, "why": f"answer longer than {max_chars} characters"}}
+        p = _parse_side(normalize_answer(pred))
+        verdict, more = _verdict(g, p)
+        return {"value": None if verdict is None else float(verdict), "info": {**info, **more}}
+    except _SoftTimeout:
+        return {"value": 0.0, "info": {**info, "why": f"checking took longer than {soft_seconds:.2f} s"}}
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+# --------------------------------------------------------------------------- host side
+
+_POOL = None
+_POOL_LOCK = threading.Lock()
+
+
+def _pool():
+    """The shared worker pool, created on first use (size: $RLVR_MATH_WORKERS or the CPU count, at most 8)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            from rlvr.workers import DeadlinePool
+
+            size = os.environ.get("RLVR_MATH_WORKERS")
+            try:
+                processes = int(size) if size else min(8, len(os.sched_getaffinity(0)))
+            except (ValueError, AttributeError):
+                processes = min(8, os.cpu_count() or 1)
+            _POOL = DeadlinePool(max(1, processes), initializer=_init_worker, memory_limit_mb=None)
+        return _POOL
+
+
+def _completion_text(completion: Any) -> str:
+    """A completion is a string or a chat message list (the last assistant message counts)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        return str(completion.get("content", ""))
+    if isinstance(completion, (list, tuple)):
+        for message in reversed(completion):
+            if isinstance(message, dict) and message.get("role", "assistant") == "assistant":
+                return str(message.get("content", ""))
+        return ""
+    return "" if completion is None else str(completion)
+
+
+def math_reward(
+    prompts: Sequence[Any],
+    completions: Sequence[Any],
+    completion_ids: Sequence[Any] | None,
+    *,
+    answer: Sequence[Any],
+    extract: str = "boxed",
+    gold: str = "auto",
+    timeout: float = 5.0,
+    max_answer_chars: int = 1000,
+) -> list[Score]:
+    """1.0 if the completion's final answer equals the gold ``answer``, else 0.0.
+
+    Options: ``extract`` = "boxed" (last ``\\boxed{}``), "hash" (``#### N``), "tag"
+    (``<answer>..</answer>``), "last_number", or "auto" (tag, boxed, hash, "answer is",
+    last number); ``gold`` = "auto" (``####``, else last ``\\boxed{}``, else the whole
+    string), "hash", "boxed" or "raw"; ``timeout`` = hard limit in seconds per sample;
+    ``max_answer_chars`` = longer extracted answers score 0.
+    """
+    if extract not in EXTRACT_MODES:
+        raise RlvrError(f"math reward: extract must be one of {', '.join(EXTRACT_MODES)}, got {extract!r}")
+    if gold not in GOLD_MODES:
+        raise RlvrError(f"math reward: gold must be one of {', '.join(GOLD_MODES)}, got {gold!r}")
+    if not (isinstance(timeout, (int, float)) and timeout > 0):
+        raise RlvrError(f"math reward: timeout must be a positive number of seconds, got {timeout!r}")
+    if len(answer) != len(completions):
+        raise RlvrError(f"math reward: {len(completions)} completions but {len(answer)} answers")
+    # The worker stops itself a little before the hard limit, keeping the process (and its
+    # warm caches) alive; the hard limit catches what a signal cannot interrupt.
+    soft = max(0.05, 0.85 * float(timeout) - 0.05)
+    items = []
+    for completion, gold_value in zip(completions, answer):
+        gold_text = "" if gold_value is None else str(gold_value)
+        items.append((_completion_text(completion), gold_text, extract, gold, int(max_answer_chars), soft))
+    from rlvr.workers import PoolBroken
+
+    try:
+        results = _pool().map(_score_item, items, timeout=float(timeout))
+    except PoolBroken as exc:
+        raise RlvrError(f"math reward: checker processes unavailable: {exc}") from exc
+    scores = []
+    for result in results:
+        if result.ok:
+            scores.append(Score(result.value["value"], result.value["info"]))
+        elif result.status == "timeout":
+            scores.append(Score(0.0, {"why": f"checking exceeded the hard limit of {timeout:g} s"}))
+        else:
+            scores.append(Score(None, {"why": f"checker error: {result.error}"}))
+    return scores
+
+
+@hookimpl
+def rlvr_register_rewards(register):
+    register(
+        "math",
+        math_reward,
+        description="1.0 if the final answer (\\boxed{}, ####, <answer>) equals the gold answer; "
+        "math-verify with exactness fixes, hard time limit per sample",
+    )

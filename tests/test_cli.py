@@ -1,0 +1,107 @@
+"""The `rlvr` command: listings, validate, score, and clean failures (exit 2, one line)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_plugins_json_lists_builtins_and_the_example(rlvr_cmd):
+    out = rlvr_cmd("plugins", "--json")
+    assert out.returncode == 0, out.stderr
+    plugins = {p["name"]: p for p in json.loads(out.stdout)}
+    assert {"math", "code", "format", "length", "tasks", "countdown"} <= set(plugins)
+    assert plugins["math"]["rewards"] == ["math"]
+    assert plugins["countdown"]["version"] == "rlvr-countdown 0.1.0"
+    assert "rlvr_register_tasks" in plugins["countdown"]["hooks"]
+
+
+def test_tasks_and_rewards_listings(rlvr_cmd):
+    tasks = rlvr_cmd("tasks").stdout
+    assert "gsm8k" in tasks and "countdown" in tasks
+    rewards = rlvr_cmd("rewards").stdout.splitlines()
+    assert any(line.startswith("math") and "columns: answer" in line for line in rewards)
+
+
+def test_validate_shipped_and_example_recipes(rlvr_cmd):
+    recipes = sorted(str(p) for p in (ROOT / "tasks").glob("*.yaml"))
+    out = rlvr_cmd("validate", *recipes, str(ROOT / "examples/rlvr-countdown/countdown.yaml"))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.count(": ok") == len(recipes) + 1
+
+
+def test_validate_reads_local_data(rlvr_cmd):
+    out = rlvr_cmd("validate", "--data", ROOT / "tasks/gsm8k.yaml")
+    assert out.returncode == 0, out.stderr
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["validate", "missing.yaml"], "recipe not found"),
+        (["validate", "tasks/demo.yaml", "--set", "rewards.mth=1"], "did you mean 'math'"),
+        (["validate", "tasks/demo.yaml", "--set", "trainer.rollout_batch_size=7"], "divisible"),
+        (["validate", "tasks/demo.yaml", "--profile", "nope"], "no profile"),
+        (["score", "--reward", "nope", "--input", "x", "--output", "y"], "unknown reward"),
+        (["train", "tasks/demo.yaml", "--set", "trainer.micro_batch_size=3"], "must divide"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(rlvr_cmd, args, message):
+    out = rlvr_cmd(*args, cwd=ROOT)
+    assert out.returncode == 2
+    assert message in out.stderr
+    assert "Traceback" not in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1, out.stderr
+
+
+def test_score_round_trip(rlvr_cmd, tmp_path):
+    records = [
+        {"completion": "so \\boxed{42}", "answer": "#### 42", "id": 1},
+        {"completion": "I think \\boxed{41}", "answer": "42", "id": 2},
+        {"completion": "no answer", "answer": "42", "id": 3},
+    ]
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in records))
+    out = rlvr_cmd("score", "--reward", "math", "--input", src, "--output", dst)
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in dst.read_text().splitlines()]
+    assert [r["id"] for r in rows] == [1, 2, 3]
+    assert [r["reward"] for r in rows] == [1.0, 0.0, 0.0]
+    assert all(isinstance(r["reward_info"], dict) for r in rows)
+
+
+def test_score_bad_input_keeps_existing_output(rlvr_cmd, tmp_path):
+    src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
+    src.write_text('{"completion": "x", "answer": "1"}\n{not json\n')
+    dst.write_text("precious\n")
+    out = rlvr_cmd("score", "--reward", "math", "--input", src, "--output", dst)
+    assert out.returncode == 2 and "in.jsonl:2: not valid JSON" in out.stderr
+    assert dst.read_text() == "precious\n"
+    assert list(tmp_path.iterdir()) == [src, dst] or sorted(tmp_path.iterdir()) == sorted([src, dst])
+
+
+def test_score_missing_column(rlvr_cmd, tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text('{"completion": "\\\\boxed{1}"}\n')
+    out = rlvr_cmd("score", "--reward", "math", "--input", src, "--output", tmp_path / "o.jsonl")
+    assert out.returncode == 2 and "needs column 'answer'" in out.stderr
+
+
+def test_light_commands_do_not_import_torch():
+    code = (
+        "import sys\n"
+        "from rlvr.cli import cli\n"
+        "for args in (['plugins', '--json'], ['validate', 'tasks/gsm8k.yaml'], ['--help']):\n"
+        "    try:\n"
+        "        cli(args, standalone_mode=False)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = [m for m in ('torch', 'vllm', 'deepspeed', 'transformers') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    assert out.returncode == 0, out.stderr

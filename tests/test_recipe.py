@@ -1,0 +1,100 @@
+"""Recipes: schema, overrides, profiles, name resolution; no model is ever loaded."""
+
+from pathlib import Path
+
+import pytest
+
+from rlvr import RlvrError
+from rlvr.plugins import load_registry
+from rlvr.recipe import load_recipe, resolve
+
+ROOT = Path(__file__).resolve().parents[1]
+RECIPES = sorted((ROOT / "tasks").glob("*.yaml"))
+
+BASE = """
+name: t
+task: {name: arithmetic, options: {size: 10}}
+prompt: {template: "{question}"}
+rewards: {math: 1.0}
+sampling: {num_generations: 4}
+trainer: {rollout_batch_size: 16, micro_batch_size: 4}
+"""
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return load_registry()
+
+
+def write(tmp_path, text):
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
+def test_shipped_recipes_resolve(path, registry):
+    recipe = load_recipe(path)
+    resolve(recipe, registry)
+    if "cpu" in recipe.profiles:
+        resolve(load_recipe(path, profile="cpu"), registry)
+
+
+def test_overrides_and_profiles(tmp_path):
+    path = write(tmp_path, BASE + "profiles: {small: {trainer: {rollout_batch_size: 8}}}\n")
+    recipe = load_recipe(path, ["trainer.lr=3e-6", "sampling.temperature=0.7"], profile="small")
+    assert recipe.trainer.lr == 3e-6 and recipe.sampling.temperature == 0.7
+    assert recipe.trainer.rollout_batch_size == 8
+    assert recipe.rewards["math"].weight == 1.0
+
+
+@pytest.mark.parametrize(
+    "text, overrides, message",
+    [
+        (BASE, ["trainer.rollout_batch_size=18"], "must be divisible by sampling.num_generations"),
+        (BASE, ["trainer.micro_batch_size=5"], "must divide"),
+        (BASE, ["sampling.num_generations=1"], "sampling.num_generations"),
+        (BASE, ["trainer.lr=abc"], "trainer.lr"),
+        (BASE, ["trainer.learning_rate=1"], "unknown setting"),
+        (BASE, ["trainr.lr=1"], "did you mean 'trainer'"),
+        (BASE, ["algorithm.kl.estimator=k4"], "algorithm.kl.estimator"),
+        (BASE, ["noequals"], "key=value"),
+        ("name: [unclosed", [], "malformed YAML"),
+        ("- a list", [], "a recipe is a YAML mapping"),
+    ],
+)
+def test_bad_recipes_give_one_line(tmp_path, text, overrides, message):
+    with pytest.raises(RlvrError) as err:
+        load_recipe(write(tmp_path, text), overrides)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["rewards.mathh=1"], "unknown reward 'mathh' (did you mean 'math'?)"),
+        (["task.name=gsm9k"], "did you mean 'gsm8k'"),
+        (["prompt.template={questoin}"], "did you mean 'question'"),
+        (["rewards.math.options.extrct=boxed"], "has no option 'extrct'"),
+        (["rewards.code=1"], "needs column"),
+        (["data.train_split=trian"], "did you mean 'train'"),
+        (["task.options.sise=3"], "did you mean 'size'"),
+        (["eval.correctness_reward=format"], "not among the recipe's rewards"),
+    ],
+)
+def test_names_resolve_or_fail_with_a_hint(tmp_path, registry, overrides, message):
+    recipe = load_recipe(write(tmp_path, BASE), overrides)
+    with pytest.raises(RlvrError) as err:
+        resolve(recipe, registry)
+    assert message in str(err.value)
+
+
+def test_missing_recipe(tmp_path):
+    with pytest.raises(RlvrError, match="recipe not found"):
+        load_recipe(tmp_path / "nope.yaml")
+
+
+def test_unknown_profile(tmp_path):
+    with pytest.raises(RlvrError, match="no profile 'gpu'"):
+        load_recipe(write(tmp_path, BASE), profile="gpu")
