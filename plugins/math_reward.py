@@ -91,7 +91,7 @@ def last_boxed(text: str) -> str | None:
 _HASH_RE = re.compile(r"####[ \t]*([^\n]*)")
 _TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
 _NUMBER_RE = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
-_PHRASE_RE = re.compile(r"(?i)\banswer\s*(?:is|:)\s*(?:\*\*)?\s*([^\n]+)")
+_PHRASE_RE = re.compile(r"(?i)\banswer\s*(?:is\s*:?|:)\s*(?:\*\*)?\s*([^\n]+)")
 
 
 def _hash_answer(text: str) -> str | None:
@@ -170,7 +170,11 @@ def extract_gold(text: str, mode: str = "auto") -> str | None:
 
 _DELIMS = ((r"$$", r"$$"), ("$", "$"), (r"\(", r"\)"), (r"\[", r"\]"))
 _FONT_LETTER_RE = re.compile(r"\\(?:mathrm|mathit|mathbf|mathsf|mathtt|mathnormal|textrm|textit|textbf|text|operatorname)\s*\{\s*([A-Za-z])\s*\}")
-_DEGREE_RE = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|\\degree|°")
+# A trailing degree sign is a unit (30^\circ = 30); inside trigonometry it is a conversion,
+# which math-verify drops (it reads \cos 60^\circ as cos(60 radians)).
+_TRIG_RE = re.compile(r"\\(?:sin|cos|tan|cot|sec|csc)(?![A-Za-z])")
+_DEGREE_ARG_RE = re.compile(r"(\d+(?:\.\d+)?)\s*\^\s*\{?\s*\\circ\s*\}?")
+_DEGREE_RE = re.compile(r"(?:\^\s*\{?\s*\\circ\s*\}?|\\degree|°)\s*(?:\\text\s*\{\s*[CF]?\s*\}|[CF])?\s*$")
 _THIN_SEP_RE = re.compile(r"(?<=\d)(?:\\,|\\;|\\:|\\ |~|\{,\})(?=\d{3}(?!\d))")
 _SPACED_THOUSANDS_RE = re.compile(r"[-+]?\d{1,3}(?: \d{3})+(?:\.\d+)?")
 _SCI_RE = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*[eE]\s*([-+]?\d+)")
@@ -245,7 +249,10 @@ def normalize_answer(s: str) -> str:
     # math-verify turns \mathrm{..} into \text{..} and then drops a \text{..} at the end of the
     # string as a unit -- even inside a fraction: "1-\frac{1}{\mathrm{e}}" parsed as "1-\frac{1}{".
     s = _FONT_LETTER_RE.sub(r"\1", s)
-    s = _DEGREE_RE.sub("", s)
+    if _TRIG_RE.search(s):
+        s = _DEGREE_ARG_RE.sub(r"(\1\\cdot\\frac{\\pi}{180})", s)
+    else:
+        s = _DEGREE_RE.sub("", s)
     s = _THIN_SEP_RE.sub("", s)
     s = _strip_units(s)
     s = s.strip().rstrip(".").strip() if not s.endswith("..") else s.strip()
@@ -420,11 +427,13 @@ def _sample_points(symbols, count: int):
 
 
 def _values_at(exprs, point):
-    """Values at a point, substituted exactly so that evalf sees (and resolves) any cancellation."""
+    """30-digit values at a point, or None where one is undefined. ``evalf(subs=)`` is
+    adaptive: a difference that cancels to 1e-40 comes back as 1e-40, not 0, and huge
+    powers are not expanded as exact rationals."""
     sp = _MV["sympy"]
     values = []
     for e in exprs:
-        v = e.xreplace(point).evalf(30)
+        v = e.evalf(30, subs=point)
         if not v.is_number or v.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
             return None
         values.append(v)
@@ -462,13 +471,24 @@ def _functions_equal(g, p) -> bool | None:
     return True if agreed >= 2 else None
 
 
-def _proportional(e1, e2) -> bool | None:
-    """Do ``e1 = 0`` and ``e2 = 0`` describe the same equation (e1 = c * e2, c a nonzero constant)?"""
+def _proportional(e1, e2, positive: bool = False) -> bool | None:
+    """Do ``e1 = 0`` and ``e2 = 0`` describe the same equation (e1 = c * e2, c a nonzero
+    constant, positive if asked)?
+
+    Tested at random points p_k against a reference point p_0 through the cross product
+    e1(p_k) e2(p_0) - e2(p_k) e1(p_0), evaluated as one expression so that evalf resolves
+    a tiny difference (``x = 10^{-40}`` vs ``x = 0``) instead of rounding it away.
+    """
+    sp = _MV["sympy"]
     symbols = sorted(e1.free_symbols | e2.free_symbols, key=str)
     if not symbols:
         return None
-    ratios = []
-    for point in _sample_points(symbols, 5):
+    tol_float = _has_float(e1) or _has_float(e2)
+    here = {s: sp.Dummy() for s in symbols}
+    there = {s: sp.Dummy() for s in symbols}
+    cross = e1.xreplace(here) * e2.xreplace(there) - e2.xreplace(here) * e1.xreplace(there)
+    points = []
+    for point in _sample_points(symbols, 6):
         try:
             values = _values_at((e1, e2), point)
         except _SoftTimeout:
@@ -477,18 +497,48 @@ def _proportional(e1, e2) -> bool | None:
             values = None
         if values is None:
             continue
-        v1, v2 = values
-        z1, z2 = abs(v1) < 1e-25, abs(v2) < 1e-25
+        z1, z2 = _is_zero_value(values[0]) is True, _is_zero_value(values[1]) is True
         if z1 and z2:
             continue
         if z1 != z2:
-            return False
-        ratios.append(v1 / v2)
-    if len(ratios) < 2:
+            return False  # one equation holds at this point, the other does not
+        points.append((point, values[0] / values[1]))
+    if len(points) < 2:
         return None
-    tol = _REL_TOL_FLOAT if (_has_float(e1) or _has_float(e2)) else 1e-15
-    first = ratios[0]
-    return all(abs(r - first) <= tol * abs(first) for r in ratios[1:])
+    reference, ratio = points[0]
+    if positive and not (ratio.is_real and ratio > 0):
+        return False
+    for point, other_ratio in points[1:]:
+        if tol_float:
+            if abs(other_ratio - ratio) > _REL_TOL_FLOAT * abs(ratio):
+                return False
+            continue
+        subs = {here[s]: v for s, v in point.items()} | {there[s]: v for s, v in reference.items()}
+        if _is_zero_value(cross.evalf(30, subs=subs)) is not True:
+            return False
+    return True
+
+
+def _inequalities_equal(g, p) -> bool | None:
+    """``a < b`` vs ``c < d`` (or ``d > c``): the same when ``a-b`` is a positive multiple of
+    ``c-d``; different when the two differ by a nonzero constant (``x > 10^{-20}`` vs ``x > 0``,
+    which math-verify's chopped numeric comparison calls equal). Otherwise no opinion."""
+    sp = _MV["sympy"]
+    flip = {sp.StrictLessThan: sp.StrictGreaterThan, sp.StrictGreaterThan: sp.StrictLessThan,
+            sp.LessThan: sp.GreaterThan, sp.GreaterThan: sp.LessThan}
+    e1 = g.lhs - g.rhs
+    if type(g) is type(p):
+        e2 = p.lhs - p.rhs
+    elif flip.get(type(g)) is type(p):
+        e2 = p.rhs - p.lhs
+    else:
+        return None
+    if _proportional(e1, e2, positive=True):
+        return True
+    offset = e1 - e2
+    if not offset.free_symbols and _numbers_equal(offset, sp.Integer(0)) is False:
+        return False
+    return None
 
 
 def _is_assignment_lhs(lhs) -> bool:
@@ -534,8 +584,10 @@ def _strict_check(g, p, depth: int = 0) -> bool | None:
                 return _strict_check(eq.rhs, other, depth + 1) if g_eq else _strict_check(other, eq.rhs, depth + 1)
             return False  # "x^2+1=0" is not the value 0
         return None
+    if isinstance(g, sp.Rel) and isinstance(p, sp.Rel):
+        return _inequalities_equal(g, p)
     if isinstance(g, (sp.Rel, sp.And)) or isinstance(p, (sp.Rel, sp.And)):
-        return None  # inequalities and systems: math-verify's own logic
+        return None  # systems, chains, inequality vs set: math-verify's own logic
 
     if isinstance(g, sp.MatrixBase) and isinstance(p, sp.MatrixBase):
         if g.shape != p.shape:
@@ -558,7 +610,7 @@ def _strict_check(g, p, depth: int = 0) -> bool | None:
         g_free, p_free = g.free_symbols, p.free_symbols
         if not g_free and not p_free:
             return _numbers_equal(g, p)
-        if g_free and p_free and not (_texty(g) or _texty(p)):
+        if not (_texty(g) or _texty(p)):
             return _functions_equal(g, p)
     return None
 
@@ -597,17 +649,15 @@ def _compare(gold: _Parsed, pred: _Parsed) -> tuple[bool, str]:
         return True, "identical after normalisation"
     if pred.expr is None:
         return False, f"prediction: {pred.note}"
-    verdict = _MV["verify"](gold.expr, pred.expr, timeout_seconds=None)
-    sp = _MV["sympy"]
-    if verdict:
-        own = _strict_check(gold.expr, pred.expr)
-        if own is False:
-            return False, "math-verify said equal; rejected by the exact check"
-        return True, "equal (math-verify" + (", confirmed)" if own else ")")
-    if isinstance(gold.expr, sp.Eq) and isinstance(pred.expr, sp.Eq):
-        if _proportional(gold.expr.lhs - gold.expr.rhs, pred.expr.lhs - pred.expr.rhs):
-            return True, "equivalent equations (proportional)"
-    return False, "not equal"
+    # Our exact checks first: where they have a verdict (numbers, equations, tuples, sets,
+    # intervals, matrices, functions at random points) it is sound, and cheaper than
+    # math-verify's simplify(). A False here is exactly where math-verify can be fooled.
+    own = _strict_check(gold.expr, pred.expr)
+    if own is not None:
+        return own, ("equal" if own else "not equal") + " (exact check)"
+    if _MV["verify"](gold.expr, pred.expr, timeout_seconds=None):
+        return True, "equal (math-verify)"
+    return False, "not equal (math-verify)"
 
 
 # ---- one sample, in a worker ------------------------------------------------------------------
@@ -686,24 +736,34 @@ def _score_item(item: tuple) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- host side
 
-_POOL = None
-_POOL_LOCK = threading.Lock()
+_POOLS: dict[int, Any] = {}
+_POOLS_LOCK = threading.Lock()
 
 
-def _pool():
-    """The shared worker pool, created on first use (size: $RLVR_MATH_WORKERS or the CPU count, at most 8)."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
+def _pool(workers: int = 0):
+    """The shared worker pool of that size, created on first use.
+
+    ``workers=0``: $RLVR_MATH_WORKERS, else the CPU count clamped to 2..8 -- at least two,
+    so that one sample stuck until its time limit never holds up the rest of a batch.
+    """
+    if workers <= 0:
+        size = os.environ.get("RLVR_MATH_WORKERS")
+        try:
+            cpus = len(os.sched_getaffinity(0))
+        except AttributeError:
+            cpus = os.cpu_count() or 1
+        try:
+            workers = int(size) if size else max(2, min(8, cpus))
+        except ValueError:
+            raise RlvrError(f"RLVR_MATH_WORKERS must be an integer, got {size!r}") from None
+    workers = max(1, workers)
+    with _POOLS_LOCK:
+        pool = _POOLS.get(workers)
+        if pool is None:
             from rlvr.workers import DeadlinePool
 
-            size = os.environ.get("RLVR_MATH_WORKERS")
-            try:
-                processes = int(size) if size else min(8, len(os.sched_getaffinity(0)))
-            except (ValueError, AttributeError):
-                processes = min(8, os.cpu_count() or 1)
-            _POOL = DeadlinePool(max(1, processes), initializer=_init_worker, memory_limit_mb=None)
-        return _POOL
+            pool = _POOLS[workers] = DeadlinePool(workers, initializer=_init_worker)
+        return pool
 
 
 def _completion_text(completion: Any) -> str:
@@ -730,6 +790,7 @@ def math_reward(
     gold: str = "auto",
     timeout: float = 5.0,
     max_answer_chars: int = 1000,
+    workers: int = 0,
 ) -> list[Score]:
     """1.0 if the completion's final answer equals the gold ``answer``, else 0.0.
 
@@ -737,7 +798,8 @@ def math_reward(
     (``<answer>..</answer>``), "last_number", or "auto" (tag, boxed, hash, "answer is",
     last number); ``gold`` = "auto" (``####``, else last ``\\boxed{}``, else the whole
     string), "hash", "boxed" or "raw"; ``timeout`` = hard limit in seconds per sample;
-    ``max_answer_chars`` = longer extracted answers score 0.
+    ``max_answer_chars`` = longer extracted answers score 0; ``workers`` = checker
+    processes (0: automatic, see :func:`_pool`).
     """
     if extract not in EXTRACT_MODES:
         raise RlvrError(f"math reward: extract must be one of {', '.join(EXTRACT_MODES)}, got {extract!r}")
@@ -757,7 +819,7 @@ def math_reward(
     from rlvr.workers import PoolBroken
 
     try:
-        results = _pool().map(_score_item, items, timeout=float(timeout))
+        results = _pool(int(workers)).map(_score_item, items, timeout=float(timeout))
     except PoolBroken as exc:
         raise RlvrError(f"math reward: checker processes unavailable: {exc}") from exc
     scores = []

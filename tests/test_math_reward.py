@@ -1,0 +1,444 @@
+"""Tests of the math reward: a table of equal / not-equal answer pairs, extraction,
+the reward contract, time limits against adversarial answers, and real data."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+try:
+    from rlvr_plugins import math_reward as mr
+except ImportError:  # not installed yet: use the source tree
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    from plugins import math_reward as mr
+
+from rlvr import RlvrError, Score  # noqa: E402
+from rlvr.workers import Result  # noqa: E402
+
+DATA_DIR = Path(os.environ.get("RLVR_DATA_DIR", "/work/shared/data"))
+
+# (gold, predicted final answer, equal?) -- grouped by what they exercise.
+PAIRS = [
+    # math-verify's known false positives (NOTES.md) ...
+    (r"\frac{1}{2004!}", r"\frac{1}{2006!}", False),
+    (r"\frac{1}{2^{99}}", r"\frac{1}{2^{98}}", False),
+    (r"1-\frac{1}{\mathrm{e}}", r"1+\frac{1}{\mathrm{e}}", False),
+    ("0", "x^2+1=0", False),
+    ("3x-y+13=0", "3x+4y+14=0", False),
+    # ... and their categories: tiny/huge numbers compared exactly
+    (r"e^{-100}", r"e^{-101}", False),
+    (r"\frac{1}{2^{1000}}", "0", False),
+    (r"10^{-7}", r"2\cdot10^{-7}", False),
+    ("0.0000001", "0.0000002", False),
+    (r"\sqrt{10^{40}+1}", "10^{20}", False),
+    (r"2^{100}", r"2^{100}+1", False),
+    (r"\frac{100!}{98!}", "9901", False),
+    (r"\{\frac{1}{2^{99}}, 1\}", r"\{1, \frac{1}{2^{98}}\}", False),
+    (r"\begin{pmatrix}10^{-9}\\1\end{pmatrix}", r"\begin{pmatrix}0\\1\end{pmatrix}", False),
+    ("(1, 10^{-9})", "(1, 0)", False),
+    ("[0, 10^{-8}]", "[0, 0]", False),
+    ("x + 10^{-20}", "x", False),
+    (r"\sqrt{x^2+10^{-40}}", "x", False),
+    ("0.1", "0.1000004", False),
+    # truncated parses: text inside a fraction, units that are variables, spaced digits
+    (r"1-\frac{1}{\text{e}}", "1", False),
+    (r"3+4\mathrm{i}", "3+4", False),
+    ("2", "2m", False),
+    (r"\frac12 m", r"\frac12", False),
+    ("5", "2 3", False),
+    ("1", "1 000", False),
+    # equations are not numbers; different equations are different
+    ("4", "2x=4", False),
+    ("x=2", "y=2", False),
+    ("x^2=4", "x=2", False),
+    ("x=10^{-20}", "x=0", False),
+    ("y=2x+3", "y=2x-3", False),
+    # plain differences
+    (r"\frac{1}{3}", "0.33", False),
+    (r"\pi", "3.14", False),
+    (r"\{1,2\}", r"\{1,3\}", False),
+    ("(1,2)", "(2,1)", False),
+    ("[1,2)", "[1,2]", False),
+    (r"\infty", r"-\infty", False),
+    (r"\frac{x+1}{2}", r"\frac{x}{2}+1", False),
+    ("1e5", "1e6", False),
+    # math-verify's leniencies that must survive
+    ("1000", "1,000", True),
+    ("1000000", "1{,}000{,}000", True),
+    ("1000", "1 000", True),
+    (r"\frac12", "0.5", True),
+    (r"\frac{1}{2}", r"\dfrac{1}{2}", True),
+    (r"\tfrac34", r"\frac{3}{4}", True),
+    ("x=2", "2", True),
+    ("2", "x=2", True),
+    ("5", "x+y=5", True),
+    ("f(x)=2x", "2x", True),
+    (r"10\%", "10", True),
+    (r"10\%", "0.1", True),
+    ("50\\%", r"\frac12", True),
+    (r"\$5", "5", True),
+    ("18", r"\$18.00", True),
+    (r"30^\circ", "30", True),
+    (r"\frac{1}{2}", r"\cos 60^\circ", True),
+    (r"5\text{ cm}", "5", True),
+    ("5", r"5 \text{ cm}^2", True),
+    ("12", "12 square feet", True),
+    (r"\frac{1}{2}\text{ meters}", "0.5", True),
+    ("[1,2)", "[1,2)", True),
+    (r"(-\infty, 3]", r"(-\infty,3]", True),
+    (r"x \in [2,5]", "[2,5]", True),
+    (r"\{1,2\}", r"\{2,1\}", True),
+    (r"\pm 2", r"\{-2, 2\}", True),
+    ("a=1, b=2", "b=2, a=1", True),
+    (r"\left( 3, \frac{\pi}{2} \right)", r"(3, \frac{\pi}{2})", True),
+    (r"\begin{pmatrix}1\\2\end{pmatrix}", r"\begin{pmatrix}1\\2\end{pmatrix}", True),
+    (r"\begin{pmatrix}1&2\\3&4\end{pmatrix}", r"\begin{pmatrix}1&2\\3&\frac{8}{2}\end{pmatrix}", True),
+    ("1/3", "0.333333", True),
+    ("12", "12.0", True),
+    (r"-\frac{3}{4}", "-0.75", True),
+    ("\u22125", "-5", True),
+    (r"\frac{\sqrt3}{2}", r"\frac{1}{2}\sqrt{3}", True),
+    (r"2\sqrt{2}", r"\sqrt{8}", True),
+    (r"\frac{1}{\sqrt{2}}", r"\frac{\sqrt{2}}{2}", True),
+    (r"\sqrt{2+\sqrt{3}}", r"\frac{\sqrt6+\sqrt2}{2}", True),
+    (r"\frac{100!}{98!}", "9900", True),
+    (r"\binom{5}{2}", "10", True),
+    (r"2^{100}", "1267650600228229401496703205376", True),
+    (r"1.5\times10^{20}", "150000000000000000000", True),
+    ("0.0000001", r"10^{-7}", True),
+    ("1e5", "100000", True),
+    (r"0.\overline{3}", r"\frac13", True),
+    (r"1-\frac{1}{\mathrm{e}}", r"1-e^{-1}", True),
+    (r"\frac{1}{2004!}", r"\frac{1}{2004!}", True),
+    ("x^2+2x+1", "(x+1)^2", True),
+    (r"\frac{x+1}{2}", r"\frac{x}{2}+\frac12", True),
+    (r"\sin^2 x + \cos^2 x", "1", True),
+    ("3+4i", "4i+3", True),
+    # equations: same up to a nonzero factor or a rearrangement
+    ("y=2x+3", "2x-y+3=0", True),
+    ("y = 2x+3", "2y = 4x+6", True),
+    ("3x-y+13=0", "-6x+2y-26=0", True),
+    ("x=5", "5=x", True),
+    ("3x-y+13=0", "y=3x+13", True),
+    ("2x+3y=6", "4x+6y=12", True),
+    ("2x+3y=6", "2x+3y=12", False),
+    ("2x+3y+10^{-40}=0", "2x+3y=0", False),
+    ("-1", "x+1=0", False),
+    ("3", "2x=6", False),
+    # inequalities: the same up to a positive factor or a flip; tiny offsets matter
+    ("x > 2", "2 < x", True),
+    ("2x < 4", "x < 2", True),
+    (r"x \ge 2", r"[2, \infty)", True),
+    ("x > 2", "x < 2", False),
+    (r"x \le 2", "x < 2", False),
+    ("x > 10^{-20}", "x > 0", False),
+    # more numbers: factorials, big and small
+    ("20!", "2432902008176640000", True),
+    ("0!", "1", True),
+    (r"\frac{2005!}{2004!}", "2005", True),
+    (r"6.02\times10^{23}", r"6.02\cdot 10^{23}", True),
+    (r"1+10^{-20}", r"\frac{10^{20}+1}{10^{20}}", True),
+    (r"100!", "100!+1", False),
+    (r"\frac{1}{100!}", r"\frac{1}{101!}", False),
+    (r"\frac{1}{10^{100}}", r"\frac{1}{10^{99}}", False),
+    (r"6.02\times10^{23}", r"6.03\times10^{23}", False),
+    (r"\frac{1}{1000000007}", r"\frac{1}{1000000009}", False),
+    (r"10^{30}+1", r"10^{30}", False),
+    (r"\log(1+10^{-20})", "0", False),
+    (r"-\frac{1}{\mathrm{e}}", r"\frac{1}{\mathrm{e}}", False),
+    (r"\pi", r"\frac{22}{7}", False),
+    # symbolic
+    (r"\frac{n(n+1)}{2}", r"\frac{n^2+n}{2}", True),
+    (r"n!", r"\frac{(n+1)!}{n+1}", True),
+    (r"x^{10^{10}}", r"x^{10^{10}}+10^{-50}", False),
+    # sets, several answers
+    ("3, 5", "5, 3", True),
+    (r"(-\infty, -1) \cup (1, \infty)", r"(1, \infty) \cup (-\infty, -1)", True),
+    ("2", "2, 3", False),
+    ("2", r"\pm 2", False),
+    # text answers
+    (r"\text{Monday}", "Monday", True),
+    (r"\text{(C)}", "C", True),
+    (r"\text{even}", r"\text{odd}", False),
+]
+
+
+def completion_for(pred: str) -> str:
+    return f"<think>working</think>So the final answer is $\\boxed{{{pred}}}$."
+
+
+@pytest.fixture(scope="module")
+def table_scores():
+    golds = [g for g, _, _ in PAIRS]
+    completions = [completion_for(p) for _, p, _ in PAIRS]
+    return mr.math_reward(None, completions, None, answer=golds, timeout=20.0)
+
+
+def test_table_is_big_enough():
+    assert len(PAIRS) >= 60
+    assert sum(e for _, _, e in PAIRS) >= 30 and sum(not e for _, _, e in PAIRS) >= 30
+
+
+@pytest.mark.parametrize("index", range(len(PAIRS)), ids=[f"{g}|{p}" for g, p, _ in PAIRS])
+def test_pair(table_scores, index):
+    gold, pred, equal = PAIRS[index]
+    s = table_scores[index]
+    assert isinstance(s, Score)
+    assert s.value == (1.0 if equal else 0.0), (gold, pred, s.info)
+
+
+def test_info_is_json(table_scores):
+    for s in table_scores:
+        json.dumps(s.info)
+        assert s.info["why"]
+
+
+# --------------------------------------------------------------------------- extraction (host side, no workers)
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("so \\boxed{5}.", "5"),
+        ("\\boxed{1} then \\boxed{\\frac{2}{3}}", "\\frac{2}{3}"),
+        ("\\boxed{\\{1, 2\\}}", "\\{1, 2\\}"),
+        ("\\boxed{\\frac{a}{\\sqrt{b}}}", "\\frac{a}{\\sqrt{b}}"),
+        ("\\boxed 5$", "5"),
+        ("\\boxed 7.", "7"),
+        ("\\fbox{x=3}", "x=3"),
+        ("\\boxed{5", None),
+        ("no box", None),
+        ("\\boxedx{5}", None),
+    ],
+)
+def test_last_boxed(text, expected):
+    assert mr.last_boxed(text) == expected
+
+
+def test_extract_modes():
+    text = "<think>maybe \\boxed{4}</think> <answer>\\boxed{7}</answer> #### 9 the answer is 11. Also 13"
+    assert mr.extract_answer(text, "boxed") == "7"  # the reasoning's draft is ignored
+    assert mr.extract_answer(text, "tag") == "7"
+    assert mr.extract_answer(text, "hash") == "9 the answer is 11. Also 13"
+    assert mr.extract_answer("#### 1,234\n", "hash") == "1,234"
+    assert mr.extract_answer(text, "last_number") == "13"
+    assert mr.extract_answer("it costs $1,234.50 or -3/4", "last_number") == "-3/4"
+    assert mr.extract_answer("<answer> 42 </answer>", "tag") == "42"
+    assert mr.extract_answer("The final answer is: $\\frac{1}{2}$.", "auto") == "$\\frac{1}{2}$"
+    assert mr.extract_answer("first 3 then 8", "auto") == "8"
+    assert mr.extract_answer("nothing here", "auto") is None
+    with pytest.raises(ValueError):
+        mr.extract_answer("x", "nope")
+
+
+def test_extract_gold():
+    gsm = "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n#### 1,072"
+    assert mr.extract_gold(gsm) == "1072"
+    assert mr.extract_gold("so $\\boxed{\\frac{\\sqrt{3}}{2}}$ is it") == "\\frac{\\sqrt{3}}{2}"
+    assert mr.extract_gold(" (3, \\frac{\\pi}{2}) ") == "(3, \\frac{\\pi}{2})"
+    assert mr.extract_gold("42", "hash") is None
+    assert mr.extract_gold("\\boxed{x}", "raw") == "\\boxed{x}"
+
+
+def test_normalize_answer():
+    assert mr.normalize_answer("$\\dfrac{1}{2}$") == "\\frac{1}{2}"
+    assert mr.normalize_answer("\\(5\\text{ cm}^2\\)") == "5"
+    assert mr.normalize_answer("1-\\frac{1}{\\mathrm{e}}") == "1-\\frac{1}{e}"
+    assert mr.normalize_answer("\\frac{1}{\\text{apples}}") == "\\frac{1}{\\text{apples}}"  # not a trailing unit
+    assert mr.normalize_answer("2 \\pi") == "2 \\pi"
+    assert mr.normalize_answer("0.1\\overline{6}") == "\\frac{15}{90}"
+    assert mr.normalize_answer("2.5e-3") == "2.5\\times 10^{-3}"
+
+
+# --------------------------------------------------------------------------- the reward contract
+
+
+def test_modes_through_the_reward():
+    completions = ["#### 72", "<answer>72</answer>", "I get 70 then 72", "\\boxed{72}", "no digits"]
+    golds = ["Some solution\n#### 72"] * 5
+    assert [s.value for s in mr.math_reward(None, completions, None, answer=golds, extract="auto")] == [1, 1, 1, 1, 0]
+    assert [s.value for s in mr.math_reward(None, completions[:1], None, answer=golds[:1], extract="hash")] == [1.0]
+    assert [s.value for s in mr.math_reward(None, completions[1:2], None, answer=golds[:1], extract="tag")] == [1.0]
+    assert [s.value for s in mr.math_reward(None, completions[2:3], None, answer=golds[:1], extract="last_number")] == [1.0]
+
+
+def test_no_answer_and_unparseable_gold():
+    no_box, bad_gold, no_gold = mr.math_reward(
+        None,
+        ["The answer is 5.", "\\boxed{5}", "\\boxed{5}"],
+        None,
+        answer=["5", "\\frac{1}{", None],
+    )
+    assert no_box.value == 0.0 and "no answer found" in no_box.info["why"]
+    assert bad_gold.value is None and "gold" in bad_gold.info["why"]
+    assert no_gold.value is None
+
+
+def test_gold_forms():
+    gsm = "She has 3 + 4 = 7 apples.\n#### 7"
+    math_solution = "Thus the area is $\\boxed{\\frac{49}{2}}$."
+    scores = mr.math_reward(
+        None,
+        ["\\boxed{7}", "\\boxed{24.5}", "\\boxed{7}", "\\boxed{24.5}"],
+        None,
+        answer=[gsm, math_solution, 7, "24.5"],
+    )
+    assert [s.value for s in scores] == [1.0, 1.0, 1.0, 1.0]
+
+
+def test_chat_completions():
+    completion = [{"role": "assistant", "content": "\\boxed{12}"}]
+    (s,) = mr.math_reward([[{"role": "user", "content": "q"}]], [completion], None, answer=["12"])
+    assert s.value == 1.0
+
+
+def test_bad_options():
+    with pytest.raises(RlvrError):
+        mr.math_reward(None, ["x"], None, answer=["1"], extract="nope")
+    with pytest.raises(RlvrError):
+        mr.math_reward(None, ["x"], None, answer=["1"], gold="nope")
+    with pytest.raises(RlvrError):
+        mr.math_reward(None, ["x"], None, answer=["1"], timeout=0)
+    with pytest.raises(RlvrError):
+        mr.math_reward(None, ["x", "y"], None, answer=["1"])
+
+
+def test_hard_timeout_and_checker_error_become_scores(monkeypatch):
+    class FakePool:
+        def map(self, fn, items, timeout=None):
+            return [Result("timeout", error="exceeded"), Result("error", error="boom")]
+
+    monkeypatch.setattr(mr, "_pool", lambda workers=0: FakePool())
+    timed_out, failed = mr.math_reward(None, ["a", "b"], None, answer=["1", "2"], timeout=3)
+    assert timed_out.value == 0.0 and "3 s" in timed_out.info["why"]
+    assert failed.value is None and "boom" in failed.info["why"]
+
+
+def test_concurrent_calls_from_threads():
+    out = {}
+
+    def run(k):
+        out[k] = mr.math_reward(None, [f"\\boxed{{{k}}}", f"\\boxed{{{k + 1}}}"], None, answer=[str(k)] * 2)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert all([s.value for s in out[k]] == [1.0, 0.0] for k in range(4))
+
+
+def test_registration():
+    registered = {}
+    mr.rlvr_register_rewards(lambda name, fn, description=None: registered.setdefault(name, fn))
+    assert registered["math"] is mr.math_reward
+
+
+def test_import_is_light():
+    code = textwrap.dedent(
+        f"""
+        import sys, threading
+        sys.path.insert(0, {str(ROOT)!r})
+        try:
+            import rlvr_plugins.math_reward
+        except ImportError:
+            import plugins.math_reward
+        heavy = [m for m in sys.modules if m.split(".")[0] in ("sympy", "math_verify", "latex2sympy2_extended", "multiprocessing", "torch")]
+        assert not heavy, heavy
+        assert threading.active_count() == 1
+        print("ok")
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and "ok" in out.stdout, out.stderr
+
+
+# --------------------------------------------------------------------------- adversarial inputs
+
+NORMAL = [("7", "7", 1.0), ("7", "8", 0.0), (r"\frac{1}{2}", "0.5", 1.0), ("x=3", "3", 1.0), (r"\sqrt{2}", "1.41", 0.0)] * 4
+
+
+def test_one_adversarial_does_not_block_the_batch(table_scores):
+    limit = 2.0
+    golds = ["12"] + [g for g, _, _ in NORMAL]
+    completions = ["\\boxed{9^{9^{9^9}}}"] + [completion_for(p) for _, p, _ in NORMAL]
+    t0 = time.monotonic()
+    scores = mr.math_reward(None, completions, None, answer=golds, timeout=limit)
+    elapsed = time.monotonic() - t0
+    assert scores[0].value == 0.0 and ("longer" in scores[0].info["why"] or "limit" in scores[0].info["why"])
+    assert [s.value for s in scores[1:]] == [v for _, _, v in NORMAL]
+    assert elapsed < limit + 1.5, elapsed
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        r"9^{9^{9^9}}",
+        r"10^{10^{10}}",
+        r"2^{2^{2^{2^{2^{2}}}}}",
+        r"(10^{6})!",
+        r"((10^{7})!)!",
+        r"\frac{1}{(10^{9})!}",
+        "9" * 900,
+    ],
+)
+def test_adversarial_answers_cost_at_most_the_limit(table_scores, answer):
+    limit = 1.5
+    t0 = time.monotonic()
+    (s,) = mr.math_reward(None, [f"\\boxed{{{answer}}}"], None, answer=["12"], timeout=limit)
+    assert time.monotonic() - t0 < limit + 1.0
+    assert s.value == 0.0
+
+
+def test_giant_strings(table_scores):
+    huge = "blah " * 1_000_000 + "\\boxed{42}"
+    long_answer = "\\boxed{" + "1" * 50_000 + "}"
+    t0 = time.monotonic()
+    ok, too_long = mr.math_reward(None, [huge, long_answer], None, answer=["42", "42"])
+    assert time.monotonic() - t0 < 5.0
+    assert ok.value == 1.0
+    assert too_long.value == 0.0 and "longer than" in too_long.info["why"]
+
+
+# --------------------------------------------------------------------------- real data
+
+
+def _rows(path: Path, n: int):
+    if not path.exists():
+        pytest.skip(f"{path} not available")
+    with path.open() as f:
+        return [json.loads(line) for _, line in zip(range(n), f)]
+
+
+def test_math500_solutions_match_their_answers():
+    rows = _rows(DATA_DIR / "math500" / "test.jsonl", 60)
+    scores = mr.math_reward(None, [r["solution"] for r in rows], None, answer=[r["answer"] for r in rows], timeout=20)
+    assert all(s.value == 1.0 for s in scores), [(r["answer"], s.info) for r, s in zip(rows, scores) if s.value != 1.0]
+    # Shifted pairs (another problem's answer) are wrong, unless the answers coincide.
+    shifted = mr.math_reward(None, [r["solution"] for r in rows[1:]], None, answer=[r["answer"] for r in rows[:-1]], timeout=20)
+    def bare(answer: str) -> str:  # "x=5" and "5" are the same answer
+        return re.sub(r"^[a-z]\s*=\s*", "", answer.strip())
+
+    for a, b, s in zip(rows[:-1], rows[1:], shifted):
+        if bare(a["answer"]) != bare(b["answer"]):
+            assert s.value == 0.0, (a["answer"], b["answer"], s.info)
+
+
+def test_gsm8k_gold_solutions():
+    rows = _rows(DATA_DIR / "gsm8k" / "test.jsonl", 60)
+    finals = [r["answer"].split("####")[-1].strip().replace(",", "") for r in rows]
+    right = mr.math_reward(None, [f"\\boxed{{{f}}}" for f in finals], None, answer=[r["answer"] for r in rows])
+    wrong = mr.math_reward(None, [f"\\boxed{{{int(f) + 1}}}" for f in finals], None, answer=[r["answer"] for r in rows])
+    assert all(s.value == 1.0 for s in right)
+    assert all(s.value == 0.0 for s in wrong)
