@@ -2,12 +2,14 @@
 
 Pairs are built from the offline data ($RLVR_DATA_DIR, default /work/shared/data):
 
-- gsm8k:   gold = the GSM8K solution (``... #### N``); prediction = a short completion
-           ending in ``\\boxed{N}`` (right) or ``\\boxed{N+1}`` (wrong), in varied formats.
-- math500: gold = the ``answer`` column; prediction = the problem's own solution (right)
-           or another problem's solution with a different answer (wrong).
-- +adv:    the gsm8k and math500 pairs plus a few adversarial answers (towers of
-           exponents, huge factorials, a giant completion).
+- gsm8k:   gold = the GSM8K solution (``... #### N``); predictions = short completions
+           ending in ``\\boxed{N}`` (right) or ``\\boxed{N+1}`` etc. (wrong), in varied formats.
+- math500: gold = the ``answer`` column; predictions = the problem's own solution and a
+           completion boxing the answer (right), other problems' solutions (wrong).
+
+Each gold answer gets ``--group`` predictions (default 4), as with RL group sampling.
+- mix+adv: 100 pairs from each set (other problems) plus a few adversarial answers (towers of
+           exponents, a huge factorial, a giant completion).
 
 The rlvr side is ``math_reward`` (worker processes, hard per-sample limit); the
 baseline is ``math_verify.verify(parse(gold), parse(completion))`` in this process,
@@ -35,13 +37,12 @@ except ImportError:  # not installed: use the source tree
     sys.path.insert(0, str(ROOT))
     from plugins import math_reward as mr
 
+# Predictions for the gold answer "4"; all wrong, some expensive to evaluate.
 ADVERSARIAL = [
     "\\boxed{9^{9^{9^9}}}",
-    "\\boxed{10^{10^{10}}}",
     "\\boxed{(10^{6})!}",
     "\\boxed{2^{2^{2^{2^{2^{2}}}}}}",
-    "\\boxed{\\frac{1}{(10^{9})!}}",
-    "word " * 400_000 + "\\boxed{3}",
+    "word " * 400_000 + "\\boxed{3}",  # a 2 MB completion
 ]
 
 
@@ -50,29 +51,33 @@ def _read(path: Path, n: int) -> list[dict]:
         return [json.loads(line) for _, line in zip(range(n), f)]
 
 
-def gsm8k_pairs(data: Path, n: int, rng: random.Random) -> list[tuple[str, str, bool]]:
+def gsm8k_pairs(data: Path, n: int, group: int, rng: random.Random) -> list[tuple[str, str, bool]]:
+    """``group`` completions per problem, as in RL sampling; half right, half wrong."""
     pairs = []
     for row in _read(data / "gsm8k" / "test.jsonl", n):
         final = int(row["answer"].split("####")[-1].strip().replace(",", ""))
-        right = rng.random() < 0.5
-        value = final if right else final + 1
-        shown = rng.choice([f"{value}", f"{value:,}", f"\\${value}", f"{value}.00", f"{value} \\text{{ dollars}}"])
-        pairs.append((row["answer"], f"Adding up the parts gives {value}. The answer is $\\boxed{{{shown}}}$.", right))
+        for k in range(group):
+            right = k % 2 == 0
+            value = final if right else final + rng.choice([-1, 1, 10])
+            shown = rng.choice([f"{value}", f"{value:,}", f"\\${value}", f"{value}.00", f"{value} \\text{{ dollars}}"])
+            pairs.append((row["answer"], f"Adding up the parts gives {value}. The answer is $\\boxed{{{shown}}}$.", right))
     return pairs
 
 
-def math500_pairs(data: Path, n: int, rng: random.Random) -> list[tuple[str, str, bool]]:
-    rows = _read(data / "math500" / "test.jsonl", 500)[:n]
+def math500_pairs(data: Path, n: int, group: int, rng: random.Random) -> list[tuple[str, str, bool]]:
+    """``group`` completions per problem: its own solution, a short completion boxing the
+    answer (right), and other problems' solutions with a different answer (wrong)."""
+    rows = _read(data / "math500" / "test.jsonl", 500)
     pairs = []
-    for i, row in enumerate(rows):
-        if rng.random() < 0.5:
-            pairs.append((row["answer"], row["solution"], True))
-            continue
-        for k in range(1, len(rows)):  # another problem with a different answer string
-            other = rows[(i + k) % len(rows)]
-            if other["answer"].replace(" ", "") != row["answer"].replace(" ", ""):
-                pairs.append((row["answer"], other["solution"], False))
-                break
+    for row in rows[:n]:
+        others = [r for r in rows if r["answer"].replace(" ", "") != row["answer"].replace(" ", "")]
+        for k in range(group):
+            if k == 0:
+                pairs.append((row["answer"], row["solution"], True))
+            elif k == 1:
+                pairs.append((row["answer"], f"Therefore the answer is $\\boxed{{{row['answer']}}}$.", True))
+            else:
+                pairs.append((row["answer"], rng.choice(others)["solution"], False))
     return pairs
 
 
@@ -101,7 +106,8 @@ def agreement(values, pairs) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--n", type=int, default=250, help="pairs per data set (default 250)")
+    parser.add_argument("--n", type=int, default=50, help="problems per data set (default 50)")
+    parser.add_argument("--group", type=int, default=4, help="predictions per problem (default 4)")
     parser.add_argument("--timeout", type=float, default=5.0, help="per-sample limit of the rlvr reward")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -111,11 +117,13 @@ def main() -> None:
     logging.getLogger("math_verify").setLevel(logging.CRITICAL)  # per-timeout warnings of the baseline
     data = Path(os.environ.get("RLVR_DATA_DIR", "/work/shared/data"))
     rng = random.Random(args.seed)
-    sets = {"gsm8k": gsm8k_pairs(data, args.n, rng), "math500": math500_pairs(data, args.n, rng)}
-    mixed = sets["gsm8k"] + sets["math500"]
-    adversarial = [("3", text, False) for text in ADVERSARIAL]
-    sets["both+adv"] = mixed + adversarial
-    rng.shuffle(sets["both+adv"])
+    sets = {"gsm8k": gsm8k_pairs(data, args.n, args.group, rng), "math500": math500_pairs(data, args.n, args.group, rng)}
+    adversarial = [("4", text, False) for text in ADVERSARIAL]
+    # Other problems than the first two sets (the last 100 pairs of twice as many problems).
+    mixed = (gsm8k_pairs(data, 2 * args.n, args.group, rng)[-100:]
+             + math500_pairs(data, 2 * args.n, args.group, rng)[-100:] + adversarial)
+    rng.shuffle(mixed)
+    sets["mix+adv"] = mixed
 
     # Start the workers and warm both sides before timing anything.
     t0 = time.perf_counter()
@@ -133,7 +141,7 @@ def main() -> None:
         ours_rate, mv_rate = len(pairs) / ours_s, len(pairs) / mv_s
         print(f"{name:10} {len(pairs):5d} {ours_rate:13.1f} {mv_rate:20.1f} {ours_rate / mv_rate:6.2f}"
               f" {agreement(ours, pairs):9.3f} {agreement(theirs, pairs):7.3f}", flush=True)
-    print(f"adversarial answers in both+adv: {len(adversarial)} (each costs at most the {args.timeout:g} s limit)")
+    print(f"mix+adv holds {len(adversarial)} adversarial answers; each costs at most the {args.timeout:g} s limit")
 
 
 if __name__ == "__main__":

@@ -6,23 +6,27 @@ Registered as reward ``math``. Dataset column ``answer``: a final answer (``"42"
 Pipeline, per sample, in a worker process of :class:`rlvr.workers.DeadlinePool`
 (math-verify times out with ``signal.alarm``, which only works in a main thread,
 and sympy can hang inside C code where no signal handler runs, so a worker that
-overruns ``timeout`` is killed from outside and replaced):
+overruns ``timeout`` is killed from outside and replaced; a softer SIGALRM limit
+at 85% of it usually stops the work first and keeps the worker):
 
 1. extract the gold answer (``gold`` option) and the predicted answer (``extract``);
 2. normalise both strings (math delimiters, ``\\dfrac``, ``\\mathrm{e}``, units,
    thousands separators, ``\\$``, degrees, scientific notation, repeating decimals);
-3. parse both with math-verify, each wrapped in ``\\boxed{}`` so that only the
-   LaTeX parser runs on the whole string (math-verify's plain-text extractor picks
-   the last number out of ``3x-y+13=0``); a parse is rejected unless it consumed
-   the whole normalised string;
-4. ``math_verify.verify``; when it says "equal", independent checks can veto it:
-   exact comparison of numbers (math-verify chops differences below 1e-15, so
-   ``1/2004!`` equalled ``1/2006!``), a relative tolerance when decimals are
-   involved, equations vs values (only ``x = 5`` may stand for ``5``), equations
-   vs equations (the same up to a nonzero constant factor), element-wise checks
-   of tuples, sets, intervals and matrices, and a numeric test of symbolic
-   expressions at random points. When math-verify says "different", two
-   equations that are nonzero multiples of each other are still accepted.
+3. equal if identical after math-verify's normalisation; plain numbers (``-12``,
+   ``1,000``, ``0.25``, ``\\frac{3}{4}``) are compared exactly without sympy;
+4. otherwise parse both with math-verify, each wrapped in ``\\boxed{}`` so that only
+   its LaTeX parser runs on the whole string (its plain-text extractor takes the
+   last number out of ``3x-y+13=0``); a parse is rejected unless it consumed the
+   whole normalised string (math-verify's unit stripping turned
+   ``1-\\frac{1}{\\mathrm{e}}`` into ``1-\\frac{1}{``, read as 1);
+5. our own checks decide where they apply -- exact comparison of numbers
+   (math-verify chops differences below 1e-15: ``1/2004!`` equalled ``1/2006!``),
+   a relative tolerance of 2e-6 once a decimal appears, equations vs values (only
+   ``x = 5`` may stand for ``5``, never ``x^2+1=0`` for ``0``), equations vs
+   equations (equal up to a nonzero factor, so lines in any form), inequalities,
+   tuples, sets, intervals and matrices element-wise, and symbolic expressions
+   at random rational points with adaptive-precision evaluation;
+6. ``math_verify.verify`` for everything else (text answers, sets vs relations, ...).
 
 Values: 1.0 equal, 0.0 different / no answer found / too slow (reason in
 ``info["why"]``), ``None`` when the gold answer cannot be parsed or the checker
@@ -47,8 +51,6 @@ GOLD_MODES = ("auto", "hash", "boxed", "raw")
 # Pure string work, no math imports: usable and testable in the host process.
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
-
-
 _BRACE_RE = re.compile(r"\\.|[{}]", re.DOTALL)
 
 
@@ -306,7 +308,7 @@ def _init_worker() -> None:
         sympy=sympy,
     )
     signal.signal(signal.SIGALRM, _on_alarm)
-    _parse_side("\\frac{1}{2}+x")  # warm the regex and parser caches
+    _Parsed("\\frac{1}{2}+x").expr  # noqa: B018 - warms the regex and parser caches
 
 
 def _show(x: Any, limit: int = 200) -> str:
@@ -317,39 +319,78 @@ def _show(x: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
+_PLAIN_DECIMAL_RE = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
+_PLAIN_FRACTION_RE = re.compile(r"([-+]?)(?:\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|\\frac(\d)(\d)|(\d+)\s*/\s*(\d+))")
+
+
+def _plain_number(clean: str):
+    """(Fraction, has_decimal_point) for answers like ``-12``, ``1,000``, ``0.25``, ``\\frac{3}{4}``, ``3/4``.
+
+    Most GSM8K answers and many MATH ones are such numbers: they are compared exactly
+    without sympy, which is where most of the checking time goes (the LaTeX parser).
+    """
+    from fractions import Fraction
+
+    if len(clean) > 200:
+        return None
+    if _PLAIN_DECIMAL_RE.fullmatch(clean):
+        text = clean.replace(",", "")
+        return Fraction(text), "." in text
+    m = _PLAIN_FRACTION_RE.fullmatch(clean)
+    if m:
+        numerator, denominator = [int(x) for x in m.groups()[1:] if x is not None]
+        if denominator == 0:
+            return None
+        value = Fraction(numerator, denominator)
+        return (-value if m.group(1) == "-" else value), False
+    return None
+
+
 class _Parsed:
-    __slots__ = ("text", "key", "expr", "note")
+    """One side of a comparison: the normalised text, its key for exact matching, a plain
+    number when it is one, and the sympy parse -- done on first use of ``expr`` only."""
 
-    def __init__(self, text: str, key: str, expr: Any, note: str):
-        self.text, self.key, self.expr, self.note = text, key, expr, note
+    __slots__ = ("text", "key", "number", "_expr", "_note")
+
+    def __init__(self, text: str):
+        self.text = text
+        self.key = _key(_MV["normalize"]("\\boxed{" + text + "}", _MV["norm_last"]).strip())
+        self.number = _plain_number(text)
+        self._note: str | None = None
+        self._expr: Any = None
+
+    @property
+    def expr(self) -> Any:
+        if self._note is None:
+            self._expr, self._note = _parse_expr(self.text, self.key)
+        return self._expr
+
+    @property
+    def note(self) -> str:
+        self.expr  # noqa: B018 - parses if not done yet
+        return self._note or ""
 
 
-def _parse_side(clean: str) -> _Parsed:
-    parse, normalize = _MV["parse"], _MV["normalize"]
-    boxed = "\\boxed{" + clean + "}"
-    expected = normalize(boxed, _MV["norm_last"]).strip()
-    key = _key(expected)
-    found = parse(boxed, extraction_config=_MV["latex_cfg"], fallback_mode="first_match", parsing_timeout=None)
+def _parse_expr(clean: str, key: str) -> tuple[Any, str]:
+    """math-verify's parse of the whole answer, or (None, why not)."""
+    parse = _MV["parse"]
+    found = parse("\\boxed{" + clean + "}", extraction_config=_MV["latex_cfg"], fallback_mode="first_match", parsing_timeout=None)
     expr = found[0] if found and not isinstance(found[0], str) else None
-    note = "parsed"
     if expr is not None:
         got = found[-1] if isinstance(found[-1], str) else ""
         # The parse must stand for the whole answer: math-verify may parse a piece of it.
-        if _key(got) != key or expected.count("{") != expected.count("}"):
-            expr, note = None, f"partial parse rejected ({_show(got, 60)!r})"
-        elif re.search(r"\d\s+\d", expected):
+        if _key(got) != key or key.count("{") != key.count("}"):
+            return None, f"partial parse rejected ({_show(got, 60)!r})"
+        if re.search(r"\d\s+\d", got):
             # latex2sympy reads "2 3" as 2+3 and "1 000" as 1*0.
-            expr, note = None, "digits separated by spaces are ambiguous"
-    elif not re.search(r"\\[A-Za-z]", clean):
+            return None, "digits separated by spaces are ambiguous"
+        return expr, "parsed"
+    if not re.search(r"\\[A-Za-z]", clean):
         # Plain-text maths such as "sqrt(2)/2"; accepted only if the whole string was used.
         found = parse(clean, extraction_config=_MV["expr_cfg"], fallback_mode="first_match", parsing_timeout=None)
         if found and not isinstance(found[0], str) and _key(str(found[-1])) == _key(clean):
-            expr = found[0]
-        else:
-            note = "could not parse"
-    else:
-        note = "could not parse"
-    return _Parsed(clean, key, expr, note)
+            return found[0], "parsed"
+    return None, "could not parse"
 
 
 # ---- exact and numeric comparison of sympy objects -------------------------------------------
@@ -644,11 +685,53 @@ def _sets_equal(gs: list, ps: list, depth: int) -> bool | None:
     return None
 
 
+_MAX_DIGITS = 100_000  # exact values beyond this are not evaluated
+
+
+def _log10_size(e) -> float:
+    """Rough upper bound on the decimal digits of the integers an exact evaluation of ``e``
+    builds: towers like ``9^{9^{9^9}}`` and huge factorials would take minutes and gigabytes.
+    Powers with a symbol in them are not expanded exactly (evalf handles them), so they are
+    only as large as their parts."""
+    import math
+
+    sp = _MV["sympy"]
+    if isinstance(e, sp.Rational):
+        return max(math.log10(abs(e.p) or 1), math.log10(e.q))
+    args = getattr(e, "args", ())
+    if not args:
+        return 0.0
+    sizes = [_log10_size(a) for a in args]
+    if isinstance(e, sp.Pow) and not e.free_symbols:
+        base, exponent = sizes
+        return math.inf if exponent > 300 else max(base, exponent, base * 10**exponent)
+    if isinstance(e, (sp.factorial, sp.factorial2, sp.gamma, sp.subfactorial)) and not e.free_symbols:
+        if sizes[0] > 300:
+            return math.inf
+        n = 10 ** sizes[0]
+        return max(sizes[0], n * math.log10(max(n, 2.0)))
+    if isinstance(e, sp.binomial) and not e.free_symbols:
+        return math.inf if sizes[0] > 300 else max(sizes) + 10 ** sizes[0] * 0.30103
+    return max(sizes)
+
+
+def _numbers_close(a, b, decimal: bool) -> bool:
+    """Exact for integers and fractions; the float tolerance as soon as a decimal point appears."""
+    if not decimal:
+        return a == b
+    return abs(a - b) <= _REL_TOL_FLOAT * max(abs(a), abs(b))
+
+
 def _compare(gold: _Parsed, pred: _Parsed) -> tuple[bool, str]:
     if gold.key == pred.key:
         return True, "identical after normalisation"
+    if gold.number is not None and pred.number is not None:
+        equal = _numbers_close(gold.number[0], pred.number[0], gold.number[1] or pred.number[1])
+        return equal, ("equal" if equal else "not equal") + " (numbers)"
     if pred.expr is None:
         return False, f"prediction: {pred.note}"
+    if _log10_size(pred.expr) > _MAX_DIGITS:
+        return False, f"prediction too large to evaluate (over {_MAX_DIGITS} digits)"
     # Our exact checks first: where they have a verdict (numbers, equations, tuples, sets,
     # intervals, matrices, functions at random points) it is sound, and cheaper than
     # math-verify's simplify(). A False here is exactly where math-verify can be fooled.
@@ -671,7 +754,7 @@ def _gold_parsed(gold_text: str, mode: str) -> tuple[str | None, _Parsed | None]
     hit = _GOLD_CACHE.get(key)
     if hit is None:
         answer = extract_gold(gold_text, mode)
-        hit = (answer, None if answer is None else _parse_side(normalize_answer(answer)))
+        hit = (answer, None if answer is None else _Parsed(normalize_answer(answer)))
         if len(_GOLD_CACHE) >= _GOLD_CACHE_SIZE:
             _GOLD_CACHE.clear()
         _GOLD_CACHE[key] = hit
@@ -687,7 +770,7 @@ def check_answer(gold: str, pred: str) -> tuple[bool | None, dict[str, Any]]:
     if not _MV:
         _init_worker()
     _, g = _gold_parsed(gold, "raw")
-    p = _parse_side(normalize_answer(pred))
+    p = _Parsed(normalize_answer(pred))
     return _verdict(g, p)
 
 
@@ -695,13 +778,12 @@ def _verdict(g: _Parsed | None, p: _Parsed) -> tuple[bool | None, dict[str, Any]
     info: dict[str, Any] = {"gold_norm": _show(g.text if g else None), "pred_norm": _show(p.text)}
     if g is None:
         return None, {**info, "why": "no gold answer"}
-    if g.expr is not None:
-        info["gold_parsed"] = _show(g.expr)
-    if p.expr is not None:
-        info["pred_parsed"] = _show(p.expr)
-    if g.expr is None and g.key != p.key:
+    if g.key != p.key and g.number is None and g.expr is None:
         return None, {**info, "why": f"gold answer: {g.note}"}
     equal, why = _compare(g, p)
+    for side, parsed in (("gold_parsed", g), ("pred_parsed", p)):
+        if parsed._expr is not None:  # only where a parse was needed
+            info[side] = _show(parsed._expr)
     return equal, {**info, "why": why}
 
 
@@ -725,7 +807,7 @@ def _score_item(item: tuple) -> dict[str, Any]:
             return {"value": 0.0, "info": {**info, "why": f"no answer found (extract={extract!r})"}}
         if len(pred) > max_chars:
             return {"value": 0.0, "info": {**info, "why": f"answer longer than {max_chars} characters"}}
-        p = _parse_side(normalize_answer(pred))
+        p = _Parsed(normalize_answer(pred))
         verdict, more = _verdict(g, p)
         return {"value": None if verdict is None else float(verdict), "info": {**info, **more}}
     except _SoftTimeout:

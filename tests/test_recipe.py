@@ -75,9 +75,9 @@ def test_bad_recipes_give_one_line(tmp_path, text, overrides, message):
     [
         (["rewards.mathh=1"], "unknown reward 'mathh' (did you mean 'math'?)"),
         (["task.name=gsm9k"], "did you mean 'gsm8k'"),
-        (["prompt.template={questoin}"], "did you mean 'question'"),
-        (["rewards.math.options.extrct=boxed"], "has no option 'extrct'"),
-        (["rewards.code=1"], "needs column"),
+        (['prompt.template="{questoin}"'], "did you mean 'question'"),
+        (["rewards.math={options: {extrct: boxed}}"], "has no option 'extrct'"),
+        (["rewards.countdown=1"], "needs column 'numbers'"),
         (["data.train_split=trian"], "did you mean 'train'"),
         (["task.options.sise=3"], "did you mean 'size'"),
         (["eval.correctness_reward=format"], "not among the recipe's rewards"),
