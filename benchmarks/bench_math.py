@@ -8,8 +8,8 @@ Pairs are built from the offline data ($RLVR_DATA_DIR, default /work/shared/data
            completion boxing the answer (right), other problems' solutions (wrong).
 
 Each gold answer gets ``--group`` predictions (default 4), as with RL group sampling.
-- mix+adv: 100 pairs from each set (other problems) plus a few adversarial answers (towers of
-           exponents, a huge factorial, a giant completion).
+- mix+adv: 100 pairs from each set (other problems) plus a few adversarial answers (a
+           tower of exponents, a huge factorial, deep nesting, a giant completion).
 
 The rlvr side is ``math_reward`` (worker processes, hard per-sample limit); the
 baseline is ``math_verify.verify(parse(gold), parse(completion))`` in this process,
@@ -37,11 +37,11 @@ except ImportError:  # not installed: use the source tree
     sys.path.insert(0, str(ROOT))
     from plugins import math_reward as mr
 
-# Predictions for the gold answer "4"; all wrong, some expensive to evaluate.
+# Predictions for the gold answer "4"; all wrong, all expensive to evaluate naively.
 ADVERSARIAL = [
-    "\\boxed{9^{9^{9^9}}}",
-    "\\boxed{(10^{6})!}",
-    "\\boxed{2^{2^{2^{2^{2^{2}}}}}}",
+    "\\boxed{9^{9^{9^9}}}",  # a tower of exponents
+    "\\boxed{(10^{6})!}",  # a huge factorial
+    "\\boxed{" + "(" * 150 + "1" + ")" * 150 + "}",  # nesting that the LaTeX parser chokes on
     "word " * 400_000 + "\\boxed{3}",  # a 2 MB completion
 ]
 

@@ -227,14 +227,17 @@ def _make_job(*, completion: str, prompt_text: Any, test: Any, entry_point: Any,
         if isinstance(entry_point, str) and entry_point:
             if not entry_point.isidentifier():
                 raise _Unscorable(f"entry_point {entry_point!r} is not a Python name")
-            prompt_text = prompt_text if isinstance(prompt_text, str) and _compiles(prompt_text) else ""
+            prompt_text = prompt_text if isinstance(prompt_text, str) else ""
             code = extract_code(completion, entry_point)
             if _defines(code, entry_point):
                 program = _imports_of(prompt_text) + code
             else:
                 program = prompt_text + code
+            # The tester runs the prompt itself (for helpers its tests call, such as
+            # HumanEval/32's poly) when the prompt is code on its own.
+            trusted = prompt_text if _compiles(prompt_text) else ""
             tests = [f"{test}\n\ncheck({entry_point})\n"]
-            return "humaneval", Job(program=program, tests=tests, trusted=prompt_text, entry_point=entry_point)
+            return "humaneval", Job(program=program, tests=tests, trusted=trusted, entry_point=entry_point)
         if re.search(r"^def[ \t]+check[ \t]*\(", test, re.M):
             raise _Unscorable("the test defines check() but the record has no entry_point to call it with")
         code = extract_code(completion)

@@ -11,8 +11,8 @@ by an option:
   "any" = at least one, "none" = not checked.
 - ``answer_tag``: exactly one non-empty ``<answer>...</answer>`` in the answer part.
 - ``trailing_text`` (on by default): nothing but whitespace, closing math delimiters (``$``,
-  ``\\]``, ``\\)``), ``*`` or a full stop after the final answer (the last
-  ``</answer>`` when ``answer_tag`` is on, else the last ``\\boxed{...}``).
+  ``\\]``, ``\\)``), ``*``, a full stop or ``</answer>`` after the final answer (the
+  last ``</answer>`` when ``answer_tag`` is on, else the last ``\\boxed{...}``).
 
 The answer part is the text after the last ``</think>`` (or all of it): drafts
 inside the reasoning do not count. ``partial=True`` gives the fraction of enabled
@@ -35,8 +35,9 @@ _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _BRACE_RE = re.compile(r"\\.|[{}]", re.DOTALL)
 _ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
 _ANSWER_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
-# What may follow the final answer: whitespace, closing math delimiters, bold markers, a full stop.
-_TRAILING_OK = re.compile(r"(?:\s|\$|\\\]|\\\)|\*|\.)*")
+# What may follow the final answer: whitespace, closing math delimiters, bold markers, a full
+# stop, and the closing answer tag (a box inside <answer>..</answer> ends the text too).
+_TRAILING_OK = re.compile(r"(?:\s|\$|\\\]|\\\)|\*|\.|</answer>)*", re.IGNORECASE)
 
 
 def _boxes(text: str) -> list[tuple[int, int | None]]:

@@ -91,7 +91,6 @@ def last_boxed(text: str) -> str | None:
 
 
 _HASH_RE = re.compile(r"####[ \t]*([^\n]*)")
-_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
 _NUMBER_RE = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
 _PHRASE_RE = re.compile(r"(?i)\banswer\s*(?:is\s*:?|:)\s*(?:\*\*)?\s*([^\n]+)")
 
@@ -105,10 +104,13 @@ def _hash_answer(text: str) -> str | None:
 
 
 def _tag_answer(text: str) -> str | None:
-    found = _TAG_RE.findall(text)
-    if not found:
+    # rfind rather than a regex: linear even for a text full of unclosed <answer> tags.
+    lower = text.lower()
+    end = lower.rfind("</answer>")
+    start = lower.rfind("<answer>", 0, max(end, 0))
+    if end < 0 or start < 0:
         return None
-    inner = found[-1].strip()
+    inner = text[start + len("<answer>") : end].strip()
     boxed = last_boxed(inner)
     return boxed if boxed is not None else (inner or None)
 
@@ -123,8 +125,17 @@ def _phrase_answer(text: str) -> str | None:
 
 
 def _last_number(text: str) -> str | None:
-    found = _NUMBER_RE.findall(text)
-    return found[-1] if found else None
+    # Look at the tail first: a long text has a million numbers but we want the last one.
+    for window in (4096, len(text)):
+        tail = text[-window:]
+        last = None
+        for last in _NUMBER_RE.finditer(tail):
+            pass
+        if last is not None and (last.start() > 0 or window >= len(text)):
+            return last.group(0)
+        if window >= len(text):
+            break
+    return None
 
 
 def _final_part(text: str) -> str:
@@ -178,6 +189,8 @@ _TRIG_RE = re.compile(r"\\(?:sin|cos|tan|cot|sec|csc)(?![A-Za-z])")
 _DEGREE_ARG_RE = re.compile(r"(\d+(?:\.\d+)?)\s*\^\s*\{?\s*\\circ\s*\}?")
 _DEGREE_RE = re.compile(r"(?:\^\s*\{?\s*\\circ\s*\}?|\\degree|°)\s*(?:\\text\s*\{\s*[CF]?\s*\}|[CF])?\s*$")
 _THIN_SEP_RE = re.compile(r"(?<=\d)(?:\\,|\\;|\\:|\\ |~|\{,\})(?=\d{3}(?!\d))")
+_SPACING_RE = re.compile(r"(?<!\\)\\(?:,|;|:|\s|quad|qquad)|~")  # not the "\\" row break
+_TEXT_NUMBER_RE = re.compile(r"\\(?:text|textrm|textnormal|mbox|mathrm)\s*\{\s*([-+]?\.?\d[^{}]*)\}")
 _SPACED_THOUSANDS_RE = re.compile(r"[-+]?\d{1,3}(?: \d{3})+(?:\.\d+)?")
 _SCI_RE = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*[eE]\s*([-+]?\d+)")
 _REPEATING_RE = re.compile(r"(-?)(\d*)\.(\d*)\\overline\s*\{(\d+)\}")
@@ -256,6 +269,10 @@ def normalize_answer(s: str) -> str:
     else:
         s = _DEGREE_RE.sub("", s)
     s = _THIN_SEP_RE.sub("", s)
+    s = _SPACING_RE.sub(" ", s)
+    m = _TEXT_NUMBER_RE.fullmatch(s.strip())
+    if m:  # "\text{5 cm}": the whole answer written as text
+        s = m.group(1)
     s = _strip_units(s)
     s = s.strip().rstrip(".").strip() if not s.endswith("..") else s.strip()
     if _SPACED_THOUSANDS_RE.fullmatch(s):
@@ -698,10 +715,17 @@ def _log10_size(e) -> float:
     sp = _MV["sympy"]
     if isinstance(e, sp.Rational):
         return max(math.log10(abs(e.p) or 1), math.log10(e.q))
+    if isinstance(e, (sp.Float, sp.NumberSymbol)):
+        try:
+            return abs(math.log10(abs(float(e)) or 1.0))
+        except (OverflowError, ValueError):
+            return math.inf
     args = getattr(e, "args", ())
     if not args:
         return 0.0
     sizes = [_log10_size(a) for a in args]
+    if isinstance(e, sp.exp) and not e.free_symbols:  # e^x, as a power of E
+        return math.inf if sizes[0] > 300 else max(sizes[0], 0.4343 * 10 ** sizes[0])
     if isinstance(e, sp.Pow) and not e.free_symbols:
         base, exponent = sizes
         return math.inf if exponent > 300 else max(base, exponent, base * 10**exponent)
@@ -764,8 +788,9 @@ def _gold_parsed(gold_text: str, mode: str) -> tuple[str | None, _Parsed | None]
 def check_answer(gold: str, pred: str) -> tuple[bool | None, dict[str, Any]]:
     """Compare a gold final answer with a predicted one (both LaTeX/plain strings).
 
-    Returns (verdict, info); verdict None when the gold cannot be parsed. Worker-side:
-    needs math-verify; call :func:`_init_worker` first in a fresh process.
+    Returns (verdict, info); verdict None when the gold cannot be parsed. Runs in the
+    calling process without a time limit and installs a SIGALRM handler there (main
+    thread only): for scripts and debugging. The reward runs it in worker processes.
     """
     if not _MV:
         _init_worker()
@@ -844,7 +869,9 @@ def _pool(workers: int = 0):
         if pool is None:
             from rlvr.workers import DeadlinePool
 
-            pool = _POOLS[workers] = DeadlinePool(workers, initializer=_init_worker)
+            # 2 GiB of growth per worker: far more than any sane answer needs, and a cap
+            # on what a pathological one can take from the trainer beside it.
+            pool = _POOLS[workers] = DeadlinePool(workers, initializer=_init_worker, memory_limit_mb=2048)
         return pool
 
 

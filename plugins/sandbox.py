@@ -844,7 +844,7 @@ def _zygote_loop(sock: socket.socket, config: dict, pidns: int) -> None:
             settle = time.monotonic() + 5.0
             while children and time.monotonic() < settle:
                 for pidfd in list(children):
-                    ready, _, _ = select.select([pidfd], [], [], max(0.0, settle - time.monotonic()))
+                    _, ready, _ = select.select([pidfd], [], [], max(0.0, settle - time.monotonic()))
                     if ready:
                         reap(pidfd)
             try:

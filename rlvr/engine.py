@@ -320,6 +320,7 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
 
         result = evaluate_with(recipe, registry, sampler, tokenizer, rank=rank, world=world, rows=eval_rows)
         eval_rows = result.pop("_rows")
+        result.pop("_per_prompt")
         if rank == 0:
             row = {"tag": tag, "step": state.step, **result}
             with open(output_dir / "eval.jsonl", "a") as f:

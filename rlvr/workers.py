@@ -114,6 +114,27 @@ def _describe(exc: BaseException) -> str:
     return text if len(text) <= 2000 else text[:2000] + "..."
 
 
+def _limit_memory_growth(megabytes: int) -> None:
+    """RLIMIT_AS = the address space this process has now + ``megabytes``.
+
+    Relative, because a spawned worker re-imports the host's ``__main__``: if that imports
+    torch, the worker starts with gigabytes of mappings that an absolute limit would not fit.
+    """
+    import resource
+
+    current = 0
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmSize:"):
+                    current = int(line.split()[1]) * 1024
+                    break
+    except OSError:
+        pass
+    limit = current + megabytes * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
 def _worker_main(conn, initializer, initargs, memory_limit_mb, parent_sys_path) -> None:
     """Loop of one worker process: receive (fn, item), run it, send the outcome back."""
     # Ctrl-C reaches the whole process group; the parent decides what happens to us.
@@ -124,14 +145,11 @@ def _worker_main(conn, initializer, initargs, memory_limit_mb, parent_sys_path) 
     for entry in parent_sys_path:
         if entry not in sys.path:
             sys.path.append(entry)
-    if memory_limit_mb:
-        import resource
-
-        limit = int(memory_limit_mb) * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     try:
         if initializer is not None:
             _resolve(initializer, {})(*initargs)
+        if memory_limit_mb:
+            _limit_memory_growth(int(memory_limit_mb))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent
         conn.send(("init_error", _describe(exc) + "\n" + traceback.format_exc(limit=-5)))
         return
@@ -207,8 +225,9 @@ class DeadlinePool:
         initializer: callable or "module:attr" run once in each worker before it
             takes work (e.g. to import math libraries); its failure breaks the pool.
         initargs: arguments for ``initializer``.
-        memory_limit_mb: if set, RLIMIT_AS of each worker (MemoryError instead of
-            swapping the machine to death on a huge computation).
+        memory_limit_mb: if set, how much address space a worker may add once started
+            (RLIMIT_AS): a huge computation gets a MemoryError (an error result) instead
+            of pushing the machine into swap or the OOM killer.
         start_timeout: seconds a worker may take to start and run ``initializer``.
 
     Nothing happens at construction: processes start on first use and stop at

@@ -88,6 +88,11 @@ def test_answer_tag_checks():
     assert score("<think>t</think><answer>5</answer>", **full).value == 0.75
 
 
+def test_box_inside_answer_tag_without_the_tag_check():
+    assert score("<think>t</think><answer>\\boxed{5}</answer>").value == 1.0
+    assert score("<think>t</think><answer>\\boxed{5}</answer> ok?").value == pytest.approx(2 / 3)
+
+
 def test_boxed_any_and_none():
     two = "<think>t</think>\\boxed{1} or \\boxed{2}"
     assert score(two, boxed="any").value == 1.0

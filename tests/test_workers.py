@@ -148,6 +148,27 @@ def test_thread_safe_concurrent_maps(pool):
         assert [r.value for r in outputs[k]] == [k * 1000 + i for i in range(50)]
 
 
+def test_concurrent_first_use_starts_one_set_of_workers():
+    p = DeadlinePool(2)
+    barrier = threading.Barrier(5)
+    outputs: dict[int, list[Result]] = {}
+
+    def run(k: int) -> None:
+        barrier.wait()
+        outputs[k] = p.map(abs, [-k] * 10)
+
+    threads = [threading.Thread(target=run, args=(k,)) for k in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    try:
+        assert all([r.value for r in outputs[k]] == [k] * 10 for k in range(5))
+        assert p.stats()["started"] == 2
+    finally:
+        p.shutdown()
+
+
 def test_initializer_failure_breaks_pool():
     p = DeadlinePool(1, initializer="no_such_module_xyz:init")
     with pytest.raises(PoolBroken, match="initializer failed"):

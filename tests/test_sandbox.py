@@ -1,0 +1,664 @@
+"""Hostile programs against the sandbox: none may pass, none may leave anything behind.
+
+Each attack runs as a candidate whose tests a correct program would pass; the
+attack itself never computes the right answers, so any pass would be a faked
+verdict. After each one the sandbox's process count must return to its
+baseline, no process carrying the test's marker may exist anywhere on the host,
+and the same worker must still grade a correct program correctly.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import socket
+import sys
+import time
+import types
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+try:
+    from rlvr_plugins import sandbox as sb
+except ImportError:  # package not installed: map plugins/ to rlvr_plugins by hand
+    if str(ROOT) not in sys.path:
+        sys.path.insert(0, str(ROOT))
+    _pkg = types.ModuleType("rlvr_plugins")
+    _pkg.__path__ = [str(ROOT / "plugins")]
+    sys.modules["rlvr_plugins"] = _pkg
+    from rlvr_plugins import sandbox as sb
+
+from rlvr import RlvrError
+
+SECRET_ENV = "RLVR_SANDBOX_TEST_SECRET"
+SECRET_VALUE = "s3cr3t-" + secrets.token_hex(8)
+MARKER = f"rlvr-hostile-marker-{os.getpid()}-{secrets.token_hex(4)}"
+SQUARE_TESTS = ["assert f(2) == 4", "assert f(3) == 9", "assert f(-4) == 16"]
+WRONG = "\ndef f(x):\n    return -1\n"
+CORRECT = "def f(x):\n    return x * x\n"
+HANG_TIMEOUT = 1.5
+
+
+@pytest.fixture(scope="module")
+def box():
+    os.environ[SECRET_ENV] = SECRET_VALUE  # a parent secret the sandbox must not see
+    sandbox = sb.Sandbox("bwrap", workers=2)
+    sandbox.start()
+    sandbox.baseline = {w.name: _pids_current(w) for w in sandbox.workers}
+    yield sandbox
+    sandbox.close()
+    os.environ.pop(SECRET_ENV, None)
+
+
+def _pids_current(worker) -> int:
+    path = worker.cgroups.get("pids")
+    return int(Path(path, "pids.current").read_text()) if path else 0
+
+
+def _marked_processes() -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                if MARKER.encode() in Path("/proc", entry, "cmdline").read_bytes():
+                    found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def assert_clean(box) -> None:
+    """Nothing left running: process counts back to baseline, no marked process."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        counts = {w.name: _pids_current(w) for w in box.workers if w.proc is not None}
+        if not _marked_processes() and all(counts[n] <= box.baseline[n] for n in counts):
+            break
+        time.sleep(0.05)
+    assert _marked_processes() == []
+    for w in box.workers:
+        if w.proc is not None and "pids" in w.cgroups:
+            assert _pids_current(w) <= box.baseline[w.name]
+    # and the workers still grade correctly
+    results = box.run_many([sb.Job(program=CORRECT, tests=SQUARE_TESTS) for _ in box.workers])
+    assert all(r.ok for r in results), results
+
+
+def call(box, program, tests=SQUARE_TESTS, **kw) -> sb.Result:
+    kw.setdefault("timeout", 5.0)
+    return box.run(sb.Job(program=program, tests=tests, **kw))
+
+
+def assert_no_pass(result: sb.Result) -> None:
+    assert result.status != "passed", result
+    assert not result.ok
+
+
+# -- sanity -------------------------------------------------------------------
+
+
+def test_correct_program_passes_and_wrong_fails(box):
+    assert call(box, CORRECT).ok
+    result = call(box, WRONG)
+    assert result.status == "failed" and "assertion failed" in result.message
+
+
+def test_reports_isolation_and_limits(box):
+    result = call(box, CORRECT)
+    assert result.isolation == "bwrap"
+    assert box.limits in ("cgroup", "rlimit")
+
+
+# -- resource abuse -------------------------------------------------------------
+
+
+def test_fork_bomb(box):
+    program = (
+        "import os\n"
+        "while True:\n"
+        "    try:\n"
+        "        os.fork()\n"
+        "    except OSError:\n"
+        "        pass\n"
+    )
+    start = time.monotonic()
+    assert_no_pass(call(box, program, timeout=HANG_TIMEOUT))
+    assert time.monotonic() - start < HANG_TIMEOUT + 10
+    assert_clean(box)
+
+
+def test_memory_bomb_single_process(box):
+    program = "x = []\nwhile True:\n    x.append(b'\\1' * (64 << 20))\n" + WRONG
+    result = call(box, program, memory_mb=256)
+    assert_no_pass(result)
+    assert "MemoryError" in result.message
+    assert_clean(box)
+
+
+def test_memory_bomb_across_processes(box):
+    program = (
+        "import os, time\n"
+        "for _ in range(12):\n"
+        "    if os.fork() == 0:\n"
+        "        x = b'\\1' * (200 << 20)\n"
+        "        time.sleep(60)\n"
+        "time.sleep(60)\n"
+    )
+    assert_no_pass(call(box, program, memory_mb=256, timeout=HANG_TIMEOUT + 1))
+    assert_clean(box)
+
+
+@pytest.mark.parametrize("where", ["load", "call"])
+def test_infinite_loop_ignoring_signals(box, where):
+    body = (
+        "import signal\n"
+        "for s in (signal.SIGTERM, signal.SIGINT, signal.SIGXCPU, signal.SIGALRM, signal.SIGHUP):\n"
+        "    signal.signal(s, signal.SIG_IGN)\n"
+    )
+    program = body + ("while True:\n    pass\n" if where == "load" else "def f(x):\n    while True:\n        pass\n")
+    start = time.monotonic()
+    result = call(box, program, timeout=HANG_TIMEOUT)
+    assert result.status == "timeout", result
+    assert time.monotonic() - start < HANG_TIMEOUT + 5
+    assert_clean(box)
+
+
+def test_sleeping_forever(box):
+    start = time.monotonic()
+    result = call(box, "import time\ntime.sleep(10 ** 6)\n", timeout=HANG_TIMEOUT)
+    assert result.status == "timeout", result
+    assert time.monotonic() - start < HANG_TIMEOUT + 5
+    result = box.run(sb.Job(program="import time\ntime.sleep(10 ** 6)\n", mode="io", cases=[("", "")],
+                            timeout=HANG_TIMEOUT))
+    assert result.status == "timeout", result
+    assert_clean(box)
+
+
+@pytest.mark.parametrize("stream", ["print", "stderr", "raw_fds"])
+def test_output_flood(box, stream):
+    writer = {
+        "print": "print('x' * 100000)",
+        "stderr": "sys.stderr.write('y' * 100000)",
+        "raw_fds": "os.write(1, b'z' * 65536); os.write(2, b'z' * 65536)",
+    }[stream]
+    program = f"import os, sys\nwhile True:\n    {writer}\n"
+    for mode in ("call", "io"):
+        job = sb.Job(program=program, mode=mode, tests=SQUARE_TESTS, cases=[("", "4")], timeout=5.0,
+                     max_output=1 << 20)
+        result = box.run(job)
+        assert result.status == "output_limit", result
+    assert_clean(box)
+
+
+def test_deep_recursion(box):
+    program = "import sys\nsys.setrecursionlimit(10 ** 8)\ndef f(x):\n    return f(x + 1) + 1\n"
+    # Python 3.11 keeps frames on the heap: this ends in MemoryError (or a crash), not a hang.
+    assert_no_pass(call(box, program, memory_mb=256))
+    assert_no_pass(call(box, program + "f(0)\n", memory_mb=256))
+    assert_clean(box)
+
+
+def test_thread_swarm(box):
+    program = (
+        "import threading, time\n"
+        "threads = [threading.Thread(target=time.sleep, args=(60,)) for _ in range(20000)]\n"
+        "for t in threads:\n"
+        "    t.start()\n" + WRONG
+    )
+    assert_no_pass(call(box, program, timeout=HANG_TIMEOUT + 2))
+    assert_clean(box)
+
+
+# -- escaping the sandbox ---------------------------------------------------------
+
+
+def test_writes_outside_do_not_reach_the_host(box, tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("original")
+    host_tmp = Path("/tmp") / f"{MARKER}-pwned"
+    targets = [tmp_path / "pwned.txt", victim, ROOT / f"{MARKER}-pwned", host_tmp, Path("/usr") / f"{MARKER}-pwned",
+               Path(sys.base_prefix) / f"{MARKER}-pwned"]
+    program = (
+        "import os\n"
+        f"TARGETS = {[str(t) for t in targets]!r}\n"
+        "def f(x):\n"
+        "    wrote = []\n"
+        "    for path in TARGETS:\n"
+        "        try:\n"
+        "            with open(path, 'w') as fh:\n"
+        "                fh.write('pwned')\n"
+        "            wrote.append(path)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    for path in TARGETS:\n"
+        "        try:\n"
+        "            os.chmod(path, 0o777)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    return wrote\n"
+    )
+    # The sandbox's own /tmp is writable (private); nothing else is.
+    result = call(box, program, tests=[f"assert f(0) == [{str(host_tmp)!r}]"])
+    assert result.ok, result
+    result = call(box, program, tests=[f"assert len(f(0)) > 1"])
+    assert_no_pass(result)
+    assert victim.read_text() == "original"
+    for target in targets:
+        if target != victim:
+            assert not target.exists(), target
+    assert_clean(box)
+
+
+def test_parent_environment_is_not_visible(box):
+    program = (
+        "import os\n"
+        "def f(x):\n"
+        f"    found = os.environ.get({SECRET_ENV!r}, '')\n"
+        "    for path in ('/proc/self/environ', '/proc/1/environ', '/proc/2/environ'):\n"
+        "        try:\n"
+        "            with open(path, 'rb') as fh:\n"
+        "                data = fh.read().decode(errors='replace')\n"
+        f"            if {SECRET_VALUE!r}[:6] in data:\n"
+        "                found = data\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    return found\n"
+    )
+    assert_no_pass(call(box, program, tests=[f"assert {SECRET_VALUE!r} in f(0)"]))
+    io = box.run(sb.Job(program="import os\nprint(os.environ.get(%r, 'missing'))\n" % SECRET_ENV, mode="io",
+                        cases=[("", SECRET_VALUE)]))
+    assert io.status == "failed" and "missing" in io.message, io
+    assert_clean(box)
+
+
+def test_root_only_files_are_unreadable(box, tmp_path):
+    secret = tmp_path / "root-only.txt"
+    secret.write_text(SECRET_VALUE)
+    os.chmod(secret, 0o600)
+    program = (
+        "def f(x):\n"
+        f"    for path in ({str(secret)!r}, '/etc/shadow', '/root/.bashrc', '/etc/passwd'):\n"
+        "        try:\n"
+        "            with open(path) as fh:\n"
+        "                return fh.read()\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    return ''\n"
+    )
+    assert_no_pass(call(box, program, tests=[f"assert f(0) == {SECRET_VALUE!r}"]))
+    assert_no_pass(call(box, program, tests=["assert f(0) != ''"]))  # none of them is even readable
+    assert_clean(box)
+
+
+def test_no_network_not_even_loopback(box):
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    listener.settimeout(0.5)
+    port = listener.getsockname()[1]
+    program = (
+        "import socket\n"
+        "def f(x):\n"
+        "    for host, family in (('127.0.0.1', socket.AF_INET), ('::1', socket.AF_INET6),\n"
+        "                         ('1.1.1.1', socket.AF_INET)):\n"
+        "        try:\n"
+        "            s = socket.socket(family, socket.SOCK_STREAM)\n"
+        "            s.settimeout(1)\n"
+        f"            s.connect((host, {port} if host != '1.1.1.1' else 53))\n"
+        "            return 'connected'\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    return 'blocked'\n"
+    )
+    try:
+        assert_no_pass(call(box, program, tests=["assert f(0) == 'connected'"]))
+        assert call(box, program, tests=["assert f(0) == 'blocked'"]).ok
+        with pytest.raises(socket.timeout):
+            listener.accept()
+    finally:
+        listener.close()
+    assert_clean(box)
+
+
+def test_signalling_the_parent_and_everything_else(box):
+    program = (
+        "import ctypes, os, signal\n"
+        "libc = ctypes.CDLL(None)\n"
+        "targets = [os.getppid(), 1, -1, 0] + [int(p) for p in os.listdir('/proc') if p.isdigit()]\n"
+        "for pid in targets:\n"
+        "    for sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):\n"
+        "        if pid in (0, os.getpid()):\n"
+        "            continue\n"
+        "        try:\n"
+        "            os.kill(pid, sig)\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "        libc.kill(pid, sig)\n"
+        "for pgid in range(1, 400):\n"
+        "    libc.kill(-pgid, signal.SIGKILL)\n" + WRONG
+    )
+    workers_before = {w.name: w.proc.pid for w in box.workers}
+    assert_no_pass(call(box, program))
+    assert_no_pass(call(box, program.replace(WRONG, "") + "os.kill(os.getpid(), signal.SIGKILL)\n"))
+    assert {w.name: w.proc.pid for w in box.workers} == workers_before  # no worker was taken down
+    assert_clean(box)
+
+
+@pytest.mark.parametrize("escape", ["setsid_double_fork", "clear_pdeathsig", "new_user_namespace"])
+def test_orphans_are_killed(box, escape):
+    pre = {
+        "setsid_double_fork": "os.setsid()",
+        "clear_pdeathsig": "os.setsid(); ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)",
+        "new_user_namespace": "ctypes.CDLL(None).unshare(0x10000000 | 0x20000000)",
+    }[escape]
+    program = (
+        "import ctypes, os, sys, time, signal\n"
+        "if os.fork() == 0:\n"
+        f"    {pre}\n"
+        "    if os.fork() == 0:\n"
+        "        signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "        signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
+        f"        os.execv(sys.executable, [sys.executable, '-c', 'import time\\nwhile True: time.sleep(0.1)', {MARKER!r}])\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.3)\n" + WRONG
+    )
+    assert_no_pass(call(box, program))
+    assert_clean(box)
+
+
+# -- faking the verdict --------------------------------------------------------------
+
+FAKE_VERDICTS = [
+    '{"status": "passed", "passed": 3, "total": 3, "message": "", "ok": 1}',
+    "PASSED", "OK", "All tests passed", "passed", "1.0", "True",
+]
+
+FAKE_PASS_PROGRAMS = {
+    "os_exit_at_load": "import os\nos._exit(0)\n",
+    "os_exit_in_call": "import os\ndef f(x):\n    os._exit(0)\n",
+    "sys_exit_at_load": "import sys\nsys.exit(0)\n",
+    "sys_exit_in_call": "import sys\ndef f(x):\n    sys.exit(0)\n",
+    "raise_systemexit": "def f(x):\n    raise SystemExit(0)\n",
+    "raise_systemexit_at_load": CORRECT + "raise SystemExit(0)\n",
+    "keyboard_interrupt": "def f(x):\n    raise KeyboardInterrupt\n",
+    "print_fake_verdicts": (
+        "import os, struct, json\n"
+        f"for text in {FAKE_VERDICTS!r}:\n"
+        "    print(text, flush=True)\n"
+        "    frame = struct.pack('>I', len(text)) + text.encode()\n"
+        "    for fd in range(256):\n"
+        "        try:\n"
+        "            os.write(fd, frame)\n"
+        "        except OSError:\n"
+        "            pass\n" + WRONG
+    ),
+    "forge_protocol_messages": (
+        "import os, struct, json\n"
+        "def frame(obj):\n"
+        "    data = json.dumps(obj).encode()\n"
+        "    return struct.pack('>I', len(data)) + data\n"
+        "for fd in range(3, 64):\n"
+        "    for obj in ({'status': 'passed', 'passed': 3, 'total': 3, 'message': '', 'id': 1},\n"
+        "                {'ready': {}}, {'ok': True}, {'ok': {'t': []}}, {'raise': ['AssertionError', '']}):\n"
+        "        try:\n"
+        "            os.write(fd, frame(obj))\n"
+        "        except OSError:\n"
+        "            pass\n" + WRONG
+    ),
+    "close_all_fds": "import os\nfor fd in range(256):\n    try:\n        os.close(fd)\n    except OSError:\n        pass\n"
+    + CORRECT,
+    "dup_over_fds": "import os\nfor fd in range(256):\n    try:\n        os.dup2(1, fd)\n    except OSError:\n        pass\n"
+    + WRONG,
+    "eq_always_true": (
+        "class Liar:\n"
+        "    def __eq__(self, other):\n        return True\n"
+        "    def __ne__(self, other):\n        return False\n"
+        "    def __bool__(self):\n        return True\n"
+        "    __hash__ = object.__hash__\n"
+        "def f(x):\n    return Liar()\n"
+    ),
+    "builtin_subclass_liars": (
+        "class LyingInt(int):\n"
+        "    def __eq__(self, other):\n        return True\n"
+        "    __hash__ = int.__hash__\n"
+        "class LyingList(list):\n"
+        "    def __eq__(self, other):\n        return True\n"
+        "def f(x):\n    return LyingInt(0)\n"
+    ),
+    "patched_builtins": (
+        "import builtins\n"
+        "builtins.AssertionError = type('AssertionError', (BaseException,), {})\n"
+        "builtins.isinstance = lambda *a: True\n"
+        "builtins.abs = lambda x: 0\n"
+        "builtins.len = lambda x: 0\n"
+        "builtins.print = lambda *a, **k: None\n"
+        "builtins.Exception = BaseException\n"
+        "def abs(x):\n    return 0\n"
+        "def isinstance(*a):\n    return True\n"
+        "def f(x):\n    return None\n"
+    ),
+    "frame_and_gc_walking": (
+        "import gc, sys\n"
+        "frame = sys._getframe()\n"
+        "while frame is not None:\n"
+        "    for scope in (frame.f_globals, frame.f_locals):\n"
+        "        for key in list(scope):\n"
+        "            if key in ('passed', 'failed', 'status', 'ok', 'verdict'):\n"
+        "                scope[key] = 'passed'\n"
+        "    frame = frame.f_back\n"
+        "for obj in gc.get_objects():\n"
+        "    if type(obj) is dict:\n"
+        "        for key in ('status', 'passed', 'failed', 'total'):\n"
+        "            if key in obj:\n"
+        "                obj[key] = 'passed' if key == 'status' else 3\n"
+        "server = sys.modules.get('rlvr_sandbox_server')\n"
+        "if server is not None:\n"
+        "    server._encode = lambda *a, **k: True\n"
+        "    server._decode = lambda *a, **k: True\n"
+        "    server._short = lambda *a, **k: 'passed'\n"
+        "for mod in list(sys.modules.values()):\n"
+        "    for name in ('_encode', '_send', 'dumps'):\n"
+        "        if hasattr(mod, name) and mod is not server and name != 'dumps':\n"
+        "            try:\n"
+        "                setattr(mod, name, lambda *a, **k: None)\n"
+        "            except Exception:\n"
+        "                pass\n" + WRONG
+    ),
+    "atexit_tricks": (
+        "import atexit, os\n"
+        "atexit.register(os._exit, 0)\n"
+        "atexit.register(print, 'PASSED')\n" + WRONG + "import sys\nsys.exit(0)\n"
+    ),
+    "kill_the_tester": (
+        "import os, signal\n"
+        "def f(x):\n"
+        "    for pid in range(1, 2048):\n"
+        "        if pid != os.getpid():\n"
+        "            try:\n"
+        "                os.kill(pid, signal.SIGKILL)\n"
+        "            except OSError:\n"
+        "                pass\n"
+        "    return -1\n"
+    ),
+    "ptrace_and_proc_mem": (
+        # Reach any other process: ptrace it, open its memory, or open one of its
+        # file descriptors (the fork server's pipe to the host would be a forged-
+        # result channel). Listing /proc/<pid>/fd is not enough to do any of that.
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "ME = int(os.readlink('/proc/self'))\n"
+        "REACHED = []\n"
+        "for pid in [int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) != ME]:\n"
+        "    if libc.ptrace(16, pid, 0, 0) == 0:\n"  # PTRACE_ATTACH
+        "        REACHED.append(('ptrace', pid))\n"
+        "    for mode in ('rb', 'r+b'):\n"
+        "        try:\n"
+        "            with open(f'/proc/{pid}/mem', mode):\n"
+        "                REACHED.append(('mem', pid))\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    try:\n"
+        "        fds = os.listdir(f'/proc/{pid}/fd')\n"
+        "    except OSError:\n"
+        "        fds = []\n"
+        "    for fd in fds:\n"
+        "        for flags in (os.O_WRONLY, os.O_RDONLY):\n"
+        "            try:\n"
+        "                os.close(os.open(f'/proc/{pid}/fd/{fd}', flags))\n"
+        "                REACHED.append(('fd', pid, fd))\n"
+        "            except OSError:\n"
+        "                pass\n"
+        "def f(x):\n"
+        "    return REACHED\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAKE_PASS_PROGRAMS))
+def test_fake_pass_tricks_fail(box, name):
+    program = FAKE_PASS_PROGRAMS[name]
+    tests = SQUARE_TESTS
+    if name == "patched_builtins":
+        tests = ["assert abs(f(2) - 4) < 1e-9", "assert isinstance(f(3), int) and f(3) == 9",
+                 "assert len([f(1)]) == 1 and f(1) == 1"]
+    if name == "ptrace_and_proc_mem":
+        tests = ["assert f(0) != []"]  # would pass if any other process were reachable
+    result = call(box, program, tests=tests)
+    assert_no_pass(result)
+    partial = call(box, program, tests=tests, partial=True)
+    assert partial.passed == 0 and not partial.ok, partial
+    assert_clean(box)
+
+
+def test_fake_pass_tricks_fail_in_io_mode(box):
+    expected = "s3cr3t-" + secrets.token_hex(8)
+    for name in ("os_exit_at_load", "sys_exit_at_load", "print_fake_verdicts", "close_all_fds", "atexit_tricks"):
+        result = box.run(sb.Job(program=FAKE_PASS_PROGRAMS[name], mode="io", cases=[("", expected)]))
+        assert_no_pass(result)
+
+
+def test_expected_outputs_are_not_in_candidate_memory(box):
+    """The tests and expected outputs never reach the candidate's process: scanning
+    its whole address space (and the gc heap) does not find them."""
+    expected = "s3cr3t-" + secrets.token_hex(8)
+    scan = (
+        "import gc, re\n"
+        "PATTERN = re.compile(rb's3cr3t-[0-9a-f]{16}')\n"
+        "def scan():\n"
+        "    for obj in gc.get_objects():\n"
+        "        for item in (obj.values() if type(obj) is dict else obj if type(obj) in (list, tuple) else ()):\n"
+        "            if type(item) is str and PATTERN.search(item.encode()):\n"
+        "                return PATTERN.search(item.encode()).group().decode()\n"
+        "    with open('/proc/self/maps') as maps, open('/proc/self/mem', 'rb', 0) as mem:\n"
+        "        for line in maps:\n"
+        "            span, perms = line.split()[:2]\n"
+        "            if 'r' not in perms:\n"
+        "                continue\n"
+        "            lo, hi = (int(v, 16) for v in span.split('-'))\n"
+        "            try:\n"
+        "                mem.seek(lo)\n"
+        "                found = PATTERN.search(mem.read(hi - lo))\n"
+        "            except (OSError, ValueError, OverflowError):\n"
+        "                continue\n"
+        "            if found:\n"
+        "                return found.group().decode()\n"
+        "    return 'not found'\n"
+    )
+    io = box.run(sb.Job(program=scan + "print(scan())\n", mode="io", cases=[("", expected)]))
+    assert io.status == "failed" and "not found" in io.message, io
+    result = call(box, scan + "def f(x):\n    return scan()\n", tests=[f"assert f(0) == {expected!r}"])
+    assert result.status == "failed", result
+    assert_clean(box)
+
+
+# -- failing closed ------------------------------------------------------------------------
+
+
+def test_missing_bwrap_refuses_to_run(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(RlvrError) as err:
+        sb.Sandbox("bwrap")
+    text = str(err.value)
+    assert "bubblewrap" in text and "isolation='process'" in text
+
+
+def test_unknown_isolation_is_refused():
+    with pytest.raises(RlvrError):
+        sb.Sandbox("none")
+
+
+def test_broken_sandbox_fails_closed(monkeypatch):
+    """bwrap present but unable to build the sandbox: an error, never unsandboxed code."""
+    monkeypatch.setattr(sb, "_bind_args", lambda: ["--ro-bind", "/nonexistent-rlvr", "/usr"])
+    sandbox = sb.Sandbox("bwrap", workers=1)
+    try:
+        with pytest.raises(RlvrError) as err:
+            sandbox.run(sb.Job(program=CORRECT, tests=SQUARE_TESTS))
+        assert "bwrap" in str(err.value)
+    finally:
+        sandbox.close()
+
+
+# -- the weaker level still cannot be fooled ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def process_box():
+    sandbox = sb.Sandbox("process", workers=1)
+    yield sandbox
+    sandbox.close()
+
+
+def test_process_isolation_grades_and_resists_fake_passes(process_box):
+    assert process_box.run(sb.Job(program=CORRECT, tests=SQUARE_TESTS)).ok
+    jobs = [sb.Job(program=FAKE_PASS_PROGRAMS[name], tests=SQUARE_TESTS, timeout=5.0)
+            for name in ("os_exit_at_load", "sys_exit_in_call", "eq_always_true", "patched_builtins",
+                         "print_fake_verdicts", "kill_the_tester", "close_all_fds", "atexit_tricks")]
+    for result in process_box.run_many(jobs):
+        assert_no_pass(result)
+        assert result.isolation == "process"
+
+
+def test_process_isolation_kills_orphans(process_box):
+    if os.geteuid() != 0 or not process_box.cgroup_controllers.get("pids"):
+        pytest.skip("process isolation sweeps orphans through the pids cgroup, which needs root")
+    program = (
+        "import os, sys, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        f"        os.execv(sys.executable, [sys.executable, '-c', 'import time\\nwhile True: time.sleep(0.1)', {MARKER!r}])\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.3)\n" + WRONG
+    )
+    assert_no_pass(process_box.run(sb.Job(program=program, tests=SQUARE_TESTS)))
+    deadline = time.monotonic() + 5
+    while _marked_processes() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert _marked_processes() == []
+
+
+# -- throughput under threads -----------------------------------------------------------------
+
+
+def test_thread_safe_parallel_use(box):
+    import threading
+
+    results: list[sb.Result] = []
+    lock = threading.Lock()
+
+    def worker(program: str) -> None:
+        batch = box.run_many([sb.Job(program=program, tests=SQUARE_TESTS) for _ in range(10)])
+        with lock:
+            results.extend((program == CORRECT, r.ok) for r in batch)
+
+    threads = [threading.Thread(target=worker, args=(p,)) for p in (CORRECT, WRONG, CORRECT)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(results) == 30
+    assert all(expected == got for expected, got in results)
