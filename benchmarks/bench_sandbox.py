@@ -21,22 +21,13 @@ import os
 import subprocess
 import sys
 import time
-import types
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from rlvr_plugins import code_reward as cr
+from rlvr_plugins import sandbox as sb
+
 ROOT = Path(__file__).resolve().parents[1]
-try:
-    from rlvr_plugins import code_reward as cr
-    from rlvr_plugins import sandbox as sb
-except ImportError:  # package not installed: map plugins/ to rlvr_plugins by hand
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    _pkg = types.ModuleType("rlvr_plugins")
-    _pkg.__path__ = [str(ROOT / "plugins")]
-    sys.modules["rlvr_plugins"] = _pkg
-    from rlvr_plugins import code_reward as cr
-    from rlvr_plugins import sandbox as sb
 
 TRIVIAL = {
     "task_id": "trivial/0",

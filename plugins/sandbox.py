@@ -2,32 +2,36 @@
 
 What it protects against, with ``isolation="bwrap"`` (the default):
 
-- Faked verdicts. The candidate program runs in one process; the tests run in a
-  separate, clean interpreter (the *tester*) that calls the candidate's functions
-  through a proxy. Arguments and return values cross a socket as JSON of builtin
-  types only (tuples, sets, dicts and bytes tagged), decoded strictly by the tester,
-  so objects with a rigged ``__eq__``, patched builtins, frame or ``gc`` walking,
-  ``os._exit(0)``/``SystemExit``, ``atexit`` hooks, exit codes and text written to
-  any file descriptor never reach the decision. The tester reports the verdict over
-  a pipe the candidate has no handle on; silence, garbage or a dead tester is a
-  failure. The tests themselves are never in the candidate's memory: programs are
-  forked from a zygote process that only ever sees program text.
+- Faked verdicts. The candidate program runs in its own process; the tests run in
+  another one, the *tester*, which never runs candidate code and calls the
+  candidate's functions through proxies. Arguments and return values cross a
+  socket as JSON of builtin types only (tuples, sets, dicts, bytes tagged) and the
+  tester decodes them strictly, so objects with a rigged ``__eq__``, patched
+  builtins, frame or ``gc`` walking, ``os._exit(0)``/``SystemExit``, ``atexit``
+  hooks, exit codes and text written to any file descriptor never reach the
+  decision. The tester reports to the fork server over a socket no candidate ever
+  holds; silence, garbage, a dead tester or a dead candidate is a failure. The
+  tests and expected outputs are never in the candidate's memory: candidates are
+  forked from a zygote that never sees them (program text arrives in a memfd).
+  The tester is one process per worker, running each job's tests in a fresh
+  namespace; it is replaced every few hundred jobs and whenever it misses a deadline.
 - The host. Each worker is one long-lived ``bwrap`` (bubblewrap) sandbox: new user,
   pid, mount, network, ipc, uts and cgroup namespaces, all capabilities dropped,
   uid 65534, ``--clearenv`` (no parent secrets), a read-only root with only ``/usr``
   (plus the ``/bin``/``/lib`` links) and the interpreter's prefix bound, read-only;
-  no ``/etc``, ``/home``, ``/root`` or project directory; no network (only a
-  loopback device that is down). Inside, every program gets a fresh user, pid,
-  mount and ipc namespace of its own: it cannot see or signal the tester or the
-  fork server, it has a private ``/tmp`` and ``/dev/shm``, its capabilities are
-  dropped again and ``no_new_privs`` is set, and when it ends the kernel kills
-  every process it left behind (``setsid``, double forks, orphans).
+  no ``/etc``, ``/home``, ``/root`` or project directory; no network (a loopback
+  device that is down). Inside, the fork server, zygote and tester are not
+  dumpable (no ptrace, no ``/proc/<pid>/mem`` or ``/proc/<pid>/fd`` access), and
+  every program runs as pid 1 of a pid namespace of its own, with its own SysV IPC
+  namespace, capabilities dropped again and ``no_new_privs``: it cannot see or
+  signal anything outside that namespace, and when it ends the kernel kills
+  everything it left behind (``setsid``, double forks, orphans). The only writable
+  places, size-capped ``/tmp`` and ``/dev/shm``, are emptied after every program.
 - Resource abuse. rlimits per program (address space, CPU seconds, file size, open
-  files, no core dumps), a wall-clock deadline enforced from outside, a cap on
-  stdout+stderr bytes, and -- where the cgroup v1 ``pids`` and ``memory``
+  files, processes, no core dumps), a wall-clock deadline enforced from outside, a
+  cap on stdout+stderr bytes, and -- where the cgroup v1 ``pids`` and ``memory``
   controllers are writable (as root) -- a process-count and memory ceiling per
-  worker, which is what stops fork bombs when running as root (RLIMIT_NPROC does
-  not apply to root).
+  worker.
 
 What it does not protect against:
 
@@ -36,19 +40,19 @@ What it does not protect against:
 - Reads of the bound directories: when the host runs as root, sandboxed processes
   are host uid 0 without capabilities, so a root-only file *inside* ``/usr`` or the
   interpreter prefix would be readable. Nothing else of the host's tree is mounted.
-- CPU-time and cache side channels between programs, and one candidate reading
-  earlier candidates' *program text* left in the zygote's memory.
+- Channels between programs of one worker that do not affect verdicts: kernel
+  keyrings of the sandbox's uid, and CPU-time or cache side channels.
 - Tests that are themselves weak (a ``check`` that can be satisfied vacuously):
   the verdict is exactly as strong as the test code.
-- Without writable cgroups (not root, or cgroup v2 only), memory and process caps
-  are per-process rlimits only, which a fork bomb can spread across processes.
+- Without writable cgroups (not root, or cgroup v2 only), memory caps are
+  per-process rlimits only, which a program can spread across processes.
 
-``isolation="process"`` is the explicit weaker level: the same fork server, tester
-and proxy (so verdicts still cannot be faked) and the same rlimits, cgroups and
-output caps, but no namespaces: the program can read what its uid can read, use
-the network and, when it escapes its session with ``setsid``, outlive the run
-unless the pids cgroup is available (it is swept after every run). As root the
-program is switched to uid/gid 65534.
+``isolation="process"`` is the explicit weaker level: the same fork server, zygote,
+tester and proxies (so verdicts still cannot be faked) and the same rlimits,
+cgroups and output caps, but no namespaces: the program can read what its uid can
+read, use the network and, when it escapes its session with ``setsid``, outlive
+the run unless the pids cgroup is available (it is swept after every run). As root
+the program is switched to uid/gid 65534.
 
 Candidates see the interpreter's standard library (and its own site-packages), not
 the project's virtual environment.
@@ -65,6 +69,7 @@ import signal
 import socket
 import struct
 import sys
+import threading
 import time
 import weakref
 from dataclasses import dataclass, field
@@ -239,11 +244,9 @@ def _decode(value: Any, resolve_ref: Any = None) -> Any:
 # Linux primitives through ctypes (imported lazily: only the sandbox side uses them).
 # ---------------------------------------------------------------------------
 
-_CLONE_NEWNS = 0x00020000
 _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWUSER = 0x10000000
 _CLONE_NEWPID = 0x20000000
-_MS_NOSUID, _MS_NODEV, _MS_RDONLY, _MS_REMOUNT, _MS_BIND = 2, 4, 1, 32, 4096
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_CAPBSET_DROP = 1, 4, 24
 _PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
 
@@ -297,20 +300,43 @@ def _drop_all_capabilities(last_cap: int) -> None:
     _check(_prctl(_PR_SET_NO_NEW_PRIVS, 1), "no_new_privs")
 
 
-def _mount_tmpfs(target: str, size: int) -> None:
-    opts = f"size={size},mode=1777".encode()
-    _check(_libc().mount(b"tmpfs", target.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts), f"mount {target}")
+_raw_fork_fn = None
+
+
+def _raw_fork() -> int:
+    """fork(2) without CPython's before/after-fork machinery, which costs the child
+    about 200 page faults (1 ms here). Safe in the zygote only: it is single-
+    threaded and holds no lock when it forks. Of the skipped at-fork hooks only
+    ``random``'s reseed matters; the candidate reseeds itself."""
+    global _raw_fork_fn
+    if _raw_fork_fn is None:
+        import ctypes
+
+        fn = ctypes.PyDLL(None, use_errno=True).fork  # PyDLL: the GIL stays held across the call
+        fn.restype = ctypes.c_int
+        fn.argtypes = []
+        _raw_fork_fn = fn
+    pid = _raw_fork_fn()
+    if pid < 0:
+        import ctypes
+
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return pid
 
 
 # ---------------------------------------------------------------------------
-# Inside the sandbox. One worker = fork server F (talks to the host on fds 0/1),
-# zygote Z (forked from F before any job, sees only program text), and per job:
-# launcher X (forked from Z; enters new namespaces), candidate C (forked from X,
-# pid 1 of its own pid namespace) and tester T (forked from F).
+# Inside the sandbox. One worker is:
+#   F  fork server: one job at a time from the host (fds 0/1), one result back;
+#   Z  zygote, forked from F before any job; with namespaces it runs as pid 1 of
+#      a user and pid namespace of its own and forks the candidates;
+#   C  candidate, one per program run: forked by Z ahead of time as a "spare",
+#      pid 1 of a fresh pid namespace, then handed a program;
+#   T  tester, forked from F, persistent: runs each job's tests against C.
 # ---------------------------------------------------------------------------
 
 # Modules most programs and tests import, loaded once in the fork server so that
-# candidates and testers get them for free after fork.
+# candidates and the tester get them for free after fork.
 _PRELOAD = (
     "typing", "re", "collections", "itertools", "functools", "math", "heapq", "bisect",
     "string", "random", "copy", "fractions", "decimal", "statistics", "datetime",
@@ -366,6 +392,8 @@ def _set_rlimits(cpu_seconds: float | None, memory_mb: int, nofile: int, nproc: 
 def _server_main() -> None:
     """Fork server F: one job at a time from the host, one result back."""
     config = _recv(0)
+    if config.get("cpus"):
+        os.sched_setaffinity(0, config["cpus"])
     _prctl(_PR_SET_DUMPABLE, 0)  # nothing in the sandbox may ptrace or read our memory
     if not config["namespaces"]:
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # bwrap does this for us otherwise
@@ -456,10 +484,8 @@ class _Server:
     # -- candidates, through the zygote
 
     def _zygote_message(self, deadline: float | None) -> tuple[dict, list[int]]:
-        try:
-            _wait_readable(self.zfd, deadline)
-        except _Timeout:
-            raise
+        """Next message from Z; records exit reports on the way."""
+        _wait_readable(self.zfd, deadline)
         msg, fds, _flags, _addr = socket.recv_fds(self.zsock, 1 << 16, 2)
         if not msg:
             raise RuntimeError("the zygote exited")
@@ -510,7 +536,9 @@ class _Server:
         return self.exits[token]
 
     def _sweep(self, pid: int) -> None:
-        """Process isolation: kill the program's group, then anything else in our pids cgroup."""
+        """Process isolation: kill the program's group, then anything else in our
+        pids cgroup but us, the tester, the zygote and its spare (the zygote's
+        children: whatever a program leaves behind is reparented elsewhere)."""
         try:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
@@ -524,7 +552,7 @@ class _Server:
                     pids = {int(p) for p in f.read().split()}
             except OSError:
                 return
-            stray = pids - self.keep_pids
+            stray = {p for p in pids - self.keep_pids if p == pid or _parent_of(p) != self.zygote}
             if not stray:
                 return
             for p in stray:
@@ -741,6 +769,14 @@ class _OutputSink:
         return self.data.decode("utf-8", "replace")
 
 
+def _parent_of(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def _normalize_output(text: str) -> str:
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     return "\n".join(line.rstrip() for line in lines).strip()
@@ -769,15 +805,15 @@ def _check_report(report: dict) -> Any:
 _TESTER_STATUSES = {"passed", "failed", "error", "timeout", "crashed", "invalid_test"}
 
 
-# -- zygote and launcher ----------------------------------------------------
+# -- the zygote ---------------------------------------------------------------
 
 
 def _zygote_main(sock: socket.socket, config: dict) -> None:
-    """Z: forks the candidates. Sees nothing but program text.
+    """Z: forks the candidates. Never sees tests, expected outputs or program text.
 
     With namespaces it first enters a user and pid namespace of its own (where it
     holds capabilities, so that it may make a new pid namespace per program and
-    step back out of it) and runs the loop as pid 1 there."""
+    step back out of it) and runs its loop as pid 1 there."""
     _null_stdio()
     sock = socket.socket(fileno=_move_fds([sock.detach()])[0])
     pidns = -1
@@ -792,7 +828,7 @@ def _zygote_main(sock: socket.socket, config: dict) -> None:
             return
         _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-    _zygote_loop(sock, config, pidns)
+    _Zygote(sock, config, pidns).loop()
 
 
 def _write_id_maps(uid: int, gid: int) -> None:
@@ -807,15 +843,137 @@ def _write_id_maps(uid: int, gid: int) -> None:
         _prctl(_PR_SET_DUMPABLE, 0)
 
 
-def _zygote_loop(sock: socket.socket, config: dict, pidns: int) -> None:
-    children: dict[int, tuple[int, str | None]] = {}  # pidfd -> (token, workdir)
-    token = 0
-    poller = select.poll()
-    poller.register(sock.fileno(), select.POLLIN)
+class _Zygote:
+    """Z's loop. Keeps one *spare* candidate process ready -- forked, in its own pid
+    and IPC namespace, capabilities dropped -- so that a job only has to hand it
+    the program; the next spare is forked while that job runs."""
 
-    def reap(pidfd: int) -> None:
-        poller.unregister(pidfd)
-        child_token, workdir = children.pop(pidfd)
+    def __init__(self, sock: socket.socket, config: dict, pidns: int) -> None:
+        self.sock, self.config, self.pidns = sock, config, pidns
+        self.children: dict[int, tuple[int, str | None]] = {}  # pidfd -> (token, workdir)
+        self.token = 0
+        self.spare: tuple[int, int, socket.socket, str | None] | None = None  # pid, pidfd, socket, workdir
+        self.poller = select.poll()
+        self.poller.register(sock.fileno(), select.POLLIN)
+
+    def loop(self) -> None:
+        self._new_spare()
+        while True:
+            for fd, _ in self.poller.poll():
+                if fd == self.sock.fileno():
+                    msg, fds, _flags, _addr = socket.recv_fds(self.sock, 1 << 16, 8)
+                    if not msg:
+                        os._exit(0)
+                    try:
+                        self._launch(json.loads(msg), fds)
+                    finally:
+                        for f in fds:
+                            os.close(f)
+                    # Only now, holding none of that job's descriptors (a copy
+                    # would keep its channels open past the candidate's death):
+                    if self.spare is None:
+                        try:
+                            self._new_spare()
+                        except Exception:
+                            pass  # tried again at the next job, which reports the error
+                elif self.spare is not None and fd == self.spare[1]:
+                    self._drop_spare()  # it died waiting (e.g. chosen by the OOM killer): make another
+                    self._new_spare()
+                elif fd in self.children:
+                    self._reap(fd)
+
+    def _launch(self, spec: dict, fds: list[int]) -> None:
+        # F has killed the previous program already; wait until all of its processes
+        # are gone, so that it cannot hold pids or memory the next program needs,
+        # then empty the scratch space it may have written.
+        settle = time.monotonic() + 5.0
+        while self.children and time.monotonic() < settle:
+            for pidfd in list(self.children):
+                ready, _, _ = select.select([pidfd], [], [], max(0.0, settle - time.monotonic()))
+                if ready:
+                    self._reap(pidfd)
+        if self.pidns >= 0 and not self.children:
+            _empty_scratch()
+        for attempt in (1, 2):  # a spare that died waiting is replaced once
+            try:
+                if self.spare is None:
+                    self._new_spare()
+                pid, pidfd, spare_sock, workdir = self.spare
+                socket.send_fds(spare_sock, [json.dumps(spec).encode()], fds)
+                self.spare = None
+                spare_sock.close()
+                break
+            except Exception as e:
+                if self.spare is not None:
+                    self._drop_spare()
+                if attempt == 2:
+                    _zygote_send(self.sock, {"error": f"{type(e).__name__}: {e}"})
+                    return
+        self.token += 1
+        self.children[pidfd] = (self.token, workdir)
+        _zygote_send(self.sock, {"launched": self.token, "pid": pid}, [pidfd])
+
+    def _new_spare(self) -> None:
+        parent_end, child_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        workdir = None
+        if self.pidns < 0:
+            import tempfile
+
+            # Inside the worker's own directory, which the host removes with the worker.
+            workdir = tempfile.mkdtemp(prefix="run-", dir=self.config["workdir"])
+            if os.geteuid() == 0:
+                os.chown(workdir, _NOBODY, _NOBODY)
+        else:
+            # The child becomes pid 1 of a new namespace: when it dies, so does
+            # everything it started. Then step back so the next fork is ours again.
+            _check(_libc().unshare(_CLONE_NEWPID), "unshare")
+        pid = -1
+        try:
+            for attempt in range(50):
+                try:
+                    pid = _raw_fork()
+                    break
+                except BlockingIOError:  # EAGAIN: the pids cgroup is momentarily full
+                    if attempt == 49:
+                        raise
+                    time.sleep(0.01)
+        finally:
+            if self.pidns >= 0 and pid != 0:  # the parent (only) steps back
+                _check(_libc().setns(self.pidns, _CLONE_NEWPID), "setns")
+        if pid == 0:
+            try:
+                self.sock.close()
+                parent_end.close()
+                _candidate_main(child_end, self.config, workdir)
+            finally:
+                os._exit(127)
+        child_end.close()
+        pidfd = os.pidfd_open(pid)
+        self.poller.register(pidfd, select.POLLIN)
+        self.spare = (pid, pidfd, parent_end, workdir)
+
+    def _drop_spare(self) -> None:
+        pid, pidfd, spare_sock, workdir = self.spare
+        self.spare = None
+        spare_sock.close()
+        try:
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.poller.unregister(pidfd)
+        try:
+            os.waitid(os.P_PIDFD, pidfd, os.WEXITED)
+        except ChildProcessError:
+            pass
+        os.close(pidfd)
+        if workdir is not None:
+            import shutil
+
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def _reap(self, pidfd: int) -> None:
+        self.poller.unregister(pidfd)
+        token, workdir = self.children.pop(pidfd)
         try:
             si = os.waitid(os.P_PIDFD, pidfd, os.WEXITED)
             status = si.si_status if si.si_code == os.CLD_EXITED else -si.si_status
@@ -826,39 +984,33 @@ def _zygote_loop(sock: socket.socket, config: dict, pidns: int) -> None:
             import shutil
 
             shutil.rmtree(workdir, ignore_errors=True)
-        _zygote_send(sock, {"exited": child_token, "status": status})
+        _zygote_send(self.sock, {"exited": token, "status": status})
 
-    while True:
-        for fd, _ in poller.poll():
-            if fd != sock.fileno():  # a candidate exited
-                reap(fd)
-                continue
-            msg, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 8)
-            if not msg:
-                os._exit(0)
-            spec = json.loads(msg)
-            token += 1
-            # F has killed the previous program already; wait until all of its
-            # processes are gone, so that it cannot hold pids or memory the next
-            # program needs.
-            settle = time.monotonic() + 5.0
-            while children and time.monotonic() < settle:
-                for pidfd in list(children):
-                    _, ready, _ = select.select([pidfd], [], [], max(0.0, settle - time.monotonic()))
-                    if ready:
-                        reap(pidfd)
+
+_SCRATCH = ("/tmp", "/dev/shm")  # the sandbox's only writable places
+
+
+def _empty_scratch() -> None:
+    """Remove whatever the last program left in the writable tmpfs mounts, so that
+    nothing passes from one program to the next. (Cheaper than a mount namespace
+    per program, whose teardown costs every CPU an RCU grace period.) In our user
+    namespace we hold CAP_DAC_OVERRIDE over the program's files: no mode it set
+    can stop this."""
+    import shutil
+
+    for top in _SCRATCH:
+        try:
+            entries = list(os.scandir(top))
+        except OSError:
+            continue
+        for entry in entries:
             try:
-                pid, workdir = _fork_candidate(spec, fds, config, pidns, sock)
-                pidfd = os.pidfd_open(pid)
-            except Exception as e:
-                _zygote_send(sock, {"error": f"{type(e).__name__}: {e}"})
-                continue
-            finally:
-                for f in fds:
-                    os.close(f)
-            children[pidfd] = (token, workdir)
-            poller.register(pidfd, select.POLLIN)
-            _zygote_send(sock, {"launched": token, "pid": pid}, [pidfd])
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+            except OSError:
+                pass
 
 
 def _zygote_send(sock: socket.socket, message: dict, fds: list[int] = ()) -> None:
@@ -868,82 +1020,54 @@ def _zygote_send(sock: socket.socket, message: dict, fds: list[int] = ()) -> Non
         os._exit(0)  # F is gone
 
 
-def _fork_candidate(spec: dict, fds: list[int], config: dict, pidns: int,
-                    sock: socket.socket) -> tuple[int, str | None]:
-    workdir = None
-    if pidns >= 0:
-        # The child becomes pid 1 of a new namespace: when it dies, so does
-        # everything it started. Then step back so the next fork is ours again.
-        _check(_libc().unshare(_CLONE_NEWPID), "unshare")
-    else:
-        import tempfile
-
-        workdir = tempfile.mkdtemp(prefix="rlvr-sandbox-")
-        if os.geteuid() == 0:
-            os.chown(workdir, _NOBODY, _NOBODY)
-    for attempt in range(50):
-        try:
-            pid = os.fork()
-            break
-        except BlockingIOError:  # EAGAIN: the pids cgroup is momentarily full
-            if attempt == 49:
-                raise
-            time.sleep(0.01)
-    if pid == 0:
-        try:
-            sock.close()
-            _candidate_main(spec, fds, config, workdir)
-        finally:
-            os._exit(127)
-    if pidns >= 0:
-        _check(_libc().setns(pidns, _CLONE_NEWPID), "setns")
-    return pid, workdir
-
-
 # -- the candidate ------------------------------------------------------------
 
 
-def _candidate_main(spec: dict, fds: list[int], config: dict, workdir: str | None) -> None:
-    """C: set up the cage, then run the program (and serve calls in call mode)."""
-    mode = spec["mode"]
-    program_fd, fds = fds[0], fds[1:]
-    source = os.pread(program_fd, os.fstat(program_fd).st_size, 0).decode("utf-8", "surrogatepass")
-    os.close(program_fd)
+def _candidate_main(sock: socket.socket, config: dict, workdir: str | None) -> None:
+    """C: build the cage (before any job: this is the zygote's spare), wait for a
+    program, then run it (and serve the tester's calls in call mode)."""
+    import random
+
+    random.seed()  # see _raw_fork
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     if config["namespaces"]:
-        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         # Still holding the zygote's capabilities (in its user namespace only):
-        # private mounts and SysV IPC for this program, then drop them all.
-        _check(_libc().unshare(_CLONE_NEWNS | _CLONE_NEWIPC), "unshare")
-        _mount_tmpfs("/tmp", min(_MAX_FILE_BYTES, spec["memory_mb"] << 20))
-        if os.path.isdir("/dev/shm"):
-            _mount_tmpfs("/dev/shm", min(_MAX_FILE_BYTES, spec["memory_mb"] << 20))
+        # SysV IPC and POSIX message queues of its own, then drop them all.
+        _check(_libc().unshare(_CLONE_NEWIPC), "unshare")
+        _drop_all_capabilities(config["last_cap"])
         workdir = "/tmp"
     else:
         os.setsid()
+        if os.geteuid() == 0:
+            os.setgroups([])
+            os.setresgid(_NOBODY, _NOBODY, _NOBODY)
+            os.setresuid(_NOBODY, _NOBODY, _NOBODY)
+            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the uid change cleared it
+        _prctl(_PR_SET_NO_NEW_PRIVS, 1)
     try:  # if a cgroup runs out of memory, kill the candidate first
         fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
         os.write(fd, b"1000")
         os.close(fd)
     except OSError:
         pass
-    # RLIMIT_NPROC does nothing for root. In our own user namespace it counts only
-    # this program's processes; without one it counts all of the user's.
-    if os.geteuid() == 0:
-        nproc = None
-    elif config["namespaces"]:
-        nproc = spec["max_procs"]
-    else:
-        nproc = spec["max_procs"] + config.get("user_processes", 0)
-    _set_rlimits(spec["timeout"], spec["memory_mb"], 256, nproc)
+    msg, fds, _flags, _addr = socket.recv_fds(sock, 1 << 16, 8)
+    sock.close()
+    if not msg:
+        os._exit(0)  # the zygote is gone
+    spec = json.loads(msg)
+    mode = spec["mode"]
+    program_fd, fds = fds[0], fds[1:]
+    source = os.pread(program_fd, os.fstat(program_fd).st_size, 0).decode("utf-8", "surrogatepass")
+    os.close(program_fd)
+    # RLIMIT_NPROC counts the processes of our uid in our user namespace (there:
+    # this program's, the zygote's and its spare's; the kernel applies it even
+    # where that uid is root outside). Without namespaces it counts all of the
+    # uid's processes on the host.
     if config["namespaces"]:
-        _drop_all_capabilities(config["last_cap"])
+        nproc = spec["max_procs"] + 4
     else:
-        if os.geteuid() == 0:
-            os.setgroups([])
-            os.setresgid(_NOBODY, _NOBODY, _NOBODY)
-            os.setresuid(_NOBODY, _NOBODY, _NOBODY)
-            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # a uid change cleared it
-        _prctl(_PR_SET_NO_NEW_PRIVS, 1)
+        nproc = spec["max_procs"] + config["user_processes"]
+    _set_rlimits(spec["timeout"], spec["memory_mb"], 256, nproc)
     os.chdir(workdir)
     if mode == "io":
         stdin_fd, out_fd, err_fd = fds
@@ -992,7 +1116,6 @@ def _candidate_main(spec: dict, fds: list[int], config: dict, workdir: str | Non
 def _run_main_program(source: str, filename: str, module: Any) -> None:
     """io mode: behave like ``python main.py`` (threads joined, atexit run, exit code)."""
     import atexit
-    import threading
     import traceback
 
     code = 0
@@ -1176,9 +1299,9 @@ def _tester_main(sock: socket.socket) -> None:
         job = json.loads(os.pread(payload, os.fstat(payload).st_size, 0))
         os.close(payload)
         report = _Tester(job, chan, job["deadline"]).run()
-        os.close(chan)
         report["id"] = job["id"]
         sock.send(json.dumps(report).encode())
+        os.close(chan)  # after the verdict: the candidate's exit is off the critical path
 
 
 class _Tester:
@@ -1382,7 +1505,9 @@ class Job:
     (a prompt's helpers, MBPP setup code) has run in the tester. ``entry_point``,
     if given, is always bound to the candidate's function of that name.
     ``mode="io"``: ``program`` runs as ``__main__`` once per ``(stdin, expected)``
-    case; the stripped stdout must equal the stripped expected text.
+    case; the stripped stdout must equal the stripped expected text and the exit
+    code be 0. ``timeout`` (wall seconds) and ``memory_mb`` (address space) apply
+    to each program run; more than ``max_output`` bytes of stdout+stderr fail it.
     """
 
     program: str
@@ -1462,7 +1587,8 @@ def _bwrap_command(bwrap: str) -> list[str]:
         "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8",
         "--hostname", "sandbox",
         *_bind_args(),
-        "--proc", "/proc", "--dev", "/dev", "--tmpfs", "/dev/shm", "--tmpfs", "/tmp",
+        "--proc", "/proc", "--dev", "/dev",
+        "--size", str(_MAX_FILE_BYTES), "--tmpfs", "/dev/shm", "--size", str(_MAX_FILE_BYTES), "--tmpfs", "/tmp",
         "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp",
         "--", _interpreter(), "-I", "-c", _BOOTSTRAP,
     ]
@@ -1496,13 +1622,20 @@ class _Worker:
         self.proc: Any = None
         self.cgroups: dict[str, str] = {}
         self.memory_limit = 0
+        self.workdir: str | None = None  # process isolation: where program runs get their directories
+        # One worker's processes hand each job along a chain (fork server, zygote,
+        # candidate, tester) where only one of them runs at a time. On one CPU each
+        # hand-off is a plain context switch; spread over CPUs each one waits for an
+        # idle CPU to wake up (about 1 ms on a VM), which dominated the run time.
+        allowed = sorted(os.sched_getaffinity(0))
+        self.cpus = [allowed[index % len(allowed)]] if pool.pin_cpus else None
 
     # -- lifecycle
 
     def start(self) -> None:
         import subprocess
 
-        self.cgroups = self._make_cgroups()
+        self._make_cgroups()
         inner = _bwrap_command(self.pool.bwrap) if self.pool.isolation == "bwrap" else [_interpreter(), "-I", "-c", _BOOTSTRAP]
         procs = [os.path.join(path, "cgroup.procs") for path in self.cgroups.values()]
         # The shell joins the cgroups, then becomes the sandbox, so every process
@@ -1513,9 +1646,15 @@ class _Worker:
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env={"PATH": "/usr/bin:/bin"}, cwd="/", start_new_session=True, close_fds=True,
         )
-        config = {"namespaces": self.pool.isolation == "bwrap",
+        if self.pool.isolation == "process":
+            import tempfile
+
+            self.workdir = tempfile.mkdtemp(prefix="rlvr-sandbox-")
+            os.chmod(self.workdir, 0o711)  # programs (uid 65534 under root) may enter their own subdirectory
+        config = {"namespaces": self.pool.isolation == "bwrap", "workdir": self.workdir,
                   "cgroup_procs": os.path.join(self.cgroups["pids"], "cgroup.procs") if "pids" in self.cgroups else None,
-                  "user_processes": _count_user_processes()}
+                  "user_processes": _count_user_processes(_NOBODY if os.geteuid() == 0 else os.getuid()),
+                  "cpus": self.cpus}
         source = _module_source().encode()
         try:
             _write_all(self.proc.stdin.fileno(), _FRAME.pack(len(source)) + source)
@@ -1528,25 +1667,24 @@ class _Worker:
             err = self.proc.stderr.read() or b""
             self.proc = None
             self._remove_cgroups()
+            self._remove_workdir()
             detail = _short(err.decode("utf-8", "replace") + " " + str(hello.get("error", "")), 600)
             raise RlvrError(_unavailable_message(self.pool.isolation, f"the sandbox did not start: {detail}"))
         self.proc.stderr.close()
 
-    def _make_cgroups(self) -> dict[str, str]:
-        made = {}
+    def _make_cgroups(self) -> None:
+        self.cgroups = {}
         for name, base in self.pool.cgroup_controllers.items():
             path = os.path.join(base, _CGROUP_PARENT, self.name)
             try:
                 os.makedirs(path, exist_ok=True)
                 if name == "pids":
                     _write(os.path.join(path, "pids.max"), str(self.pool.max_procs + 16))
-                made[name] = path
+                self.cgroups[name] = path
             except OSError:
                 continue
-        if "memory" in made:
-            self.memory_limit = 0
-            self.set_memory(self.pool.memory_mb)
-        return made
+        self.memory_limit = 0
+        self.set_memory(self.pool.memory_mb)
 
     def set_memory(self, memory_mb: int) -> None:
         """Memory ceiling for the worker: the program's own limit plus room for the
@@ -1555,15 +1693,19 @@ class _Worker:
         limit = (max(memory_mb, self.pool.memory_mb) + 512) << 20
         if path is None or limit == self.memory_limit:
             return
-        files = ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]
-        if limit < self.memory_limit:
-            files.reverse()  # memsw must stay >= the plain limit
-        for name in files:
+        # memsw (memory + swap, where swap is accounted) must never be set below the
+        # plain limit, so which goes first depends on the current values: try both.
+        files = [os.path.join(path, name) for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes")
+                 if os.path.exists(os.path.join(path, name))]
+        for order in (files, files[::-1]):
             try:
-                _write(os.path.join(path, name), str(limit))
+                for name in order:
+                    _write(name, str(limit))
             except OSError:
-                pass
-        self.memory_limit = limit
+                continue
+            self.memory_limit = limit
+            return
+        # e.g. lowering below what is in use right now: keep the higher ceiling
 
     def kill(self) -> None:
         if self.proc is not None:
@@ -1613,6 +1755,14 @@ class _Worker:
         self.kill()
         self.proc = None
         self._remove_cgroups()
+        self._remove_workdir()
+
+    def _remove_workdir(self) -> None:
+        if self.workdir is not None:
+            import shutil
+
+            shutil.rmtree(self.workdir, ignore_errors=True)
+            self.workdir = None
 
     def _remove_cgroups(self) -> None:
         for path in self.cgroups.values():
@@ -1650,9 +1800,9 @@ class _Worker:
         return reply
 
 
-def _count_user_processes() -> int:
-    """Processes (threads included) of our uid: the base RLIMIT_NPROC counts from."""
-    uid, count = os.getuid(), 0
+def _count_user_processes(uid: int) -> int:
+    """Processes (threads included) of ``uid``: the base RLIMIT_NPROC counts from."""
+    count = 0
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             try:
@@ -1685,12 +1835,17 @@ def _unavailable_message(isolation: str, problem: str) -> str:
 
 class Sandbox:
     """A pool of pre-started sandboxed fork servers. Thread-safe; ``run_many``
-    runs jobs in parallel, one per worker at a time."""
+    runs jobs in parallel, one per worker at a time.
+
+    ``workers`` defaults to the number of CPUs this process may use; with
+    ``pin_cpus`` each worker keeps to one of them (see ``_Worker``). ``memory_mb``
+    and ``max_procs`` size each worker's cgroup ceilings; every job still has
+    its own ``memory_mb`` address-space limit."""
 
     def __init__(self, isolation: str = "bwrap", *, workers: int | None = None,
-                 memory_mb: int = DEFAULT_MEMORY_MB, max_procs: int = DEFAULT_MAX_PROCS) -> None:
+                 memory_mb: int = DEFAULT_MEMORY_MB, max_procs: int = DEFAULT_MAX_PROCS,
+                 pin_cpus: bool = True) -> None:
         import shutil
-        import threading
 
         if isolation not in ISOLATION_LEVELS:
             raise RlvrError(f"unknown sandbox isolation {isolation!r}: choose one of {', '.join(ISOLATION_LEVELS)}")
@@ -1704,6 +1859,7 @@ class Sandbox:
                 raise RlvrError(_unavailable_message(isolation, "the `bwrap` program was not found on PATH"))
         self.memory_mb = memory_mb
         self.max_procs = max_procs
+        self.pin_cpus = pin_cpus
         self.cgroup_controllers = _cgroup_controllers()
         if self.cgroup_controllers:
             _remove_stale_cgroups(self.cgroup_controllers)
@@ -1719,6 +1875,7 @@ class Sandbox:
         self._lock = threading.Lock()
         self._closed = False
         _LIVE.add(self)
+        _register_exit_hook()
 
     @property
     def limits(self) -> str:
@@ -1811,23 +1968,17 @@ def _remove_stale_cgroups(controllers: dict[str, str]) -> None:
 
 _LIVE: weakref.WeakSet = weakref.WeakSet()
 _SHARED: dict[str, Sandbox] = {}
-_SHARED_LOCK = None
+_SHARED_LOCK = threading.Lock()
 
 
 def get_sandbox(isolation: str = "bwrap") -> Sandbox:
-    """The process-wide pool for ``isolation``, created on first use (workers start
-    lazily) and closed at interpreter exit."""
-    global _SHARED_LOCK
-    if _SHARED_LOCK is None:
-        import threading
-
-        _SHARED_LOCK = threading.Lock()
+    """The process-wide pool for ``isolation``, created on first use (its workers
+    start on first use too) and closed at interpreter exit."""
     with _SHARED_LOCK:
         box = _SHARED.get(isolation)
         if box is None or box._closed:
             box = Sandbox(isolation)
             _SHARED[isolation] = box
-            _register_exit_hook()
         return box
 
 

@@ -5,24 +5,14 @@ from __future__ import annotations
 import gzip
 import json
 import os
-import sys
-import types
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-try:
-    from rlvr_plugins import code_reward as cr
-except ImportError:  # package not installed: map plugins/ to rlvr_plugins by hand
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    _pkg = types.ModuleType("rlvr_plugins")
-    _pkg.__path__ = [str(ROOT / "plugins")]
-    sys.modules["rlvr_plugins"] = _pkg
-    from rlvr_plugins import code_reward as cr
+from rlvr_plugins import code_reward as cr
 
 from rlvr import RlvrError, Score
+
+ROOT = Path(__file__).resolve().parents[1]
 
 DATA_DIR = Path(os.environ.get("RLVR_DATA_DIR") or ROOT.parent / "shared" / "data")
 HUMANEVAL = DATA_DIR / "humaneval" / "HumanEval.jsonl.gz"
