@@ -26,6 +26,7 @@ import re
 from typing import Any, Sequence
 
 from rlvr import RlvrError, Score, hookimpl
+from rlvr.rewards import completion_text
 
 __all__ = ["format_reward", "check_format", "rlvr_register_rewards"]
 
@@ -140,19 +141,6 @@ def check_format(
     return results
 
 
-def _completion_text(completion: Any) -> str:
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, dict):
-        return str(completion.get("content", ""))
-    if isinstance(completion, (list, tuple)):
-        for message in reversed(completion):
-            if isinstance(message, dict) and message.get("role", "assistant") == "assistant":
-                return str(message.get("content", ""))
-        return ""
-    return "" if completion is None else str(completion)
-
-
 def format_reward(
     prompts: Sequence[Any] | None,
     completions: Sequence[Any],
@@ -180,7 +168,7 @@ def format_reward(
     scores = []
     for prompt, completion in zip(prompt_list, completions):
         results = check_format(
-            _completion_text(completion),
+            completion_text(completion),
             think=bool(think),
             boxed=boxed,
             answer_tag=bool(answer_tag),

@@ -41,6 +41,7 @@ import threading
 from typing import Any, Sequence
 
 from rlvr import RlvrError, Score, hookimpl
+from rlvr.rewards import completion_text
 
 __all__ = ["math_reward", "check_answer", "extract_answer", "extract_gold", "last_boxed", "rlvr_register_rewards"]
 
@@ -875,20 +876,6 @@ def _pool(workers: int = 0):
         return pool
 
 
-def _completion_text(completion: Any) -> str:
-    """A completion is a string or a chat message list (the last assistant message counts)."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, dict):
-        return str(completion.get("content", ""))
-    if isinstance(completion, (list, tuple)):
-        for message in reversed(completion):
-            if isinstance(message, dict) and message.get("role", "assistant") == "assistant":
-                return str(message.get("content", ""))
-        return ""
-    return "" if completion is None else str(completion)
-
-
 def math_reward(
     prompts: Sequence[Any],
     completions: Sequence[Any],
@@ -924,7 +911,7 @@ def math_reward(
     items = []
     for completion, gold_value in zip(completions, answer):
         gold_text = "" if gold_value is None else str(gold_value)
-        items.append((_completion_text(completion), gold_text, extract, gold, int(max_answer_chars), soft))
+        items.append((completion_text(completion), gold_text, extract, gold, int(max_answer_chars), soft))
     from rlvr.workers import PoolBroken
 
     try:

@@ -66,6 +66,20 @@ class RewardBatch:
         return sum(v is None for v in self.total)
 
 
+def completion_text(completion: Any) -> str:
+    """A completion is a string or a chat message list (the last assistant message counts)."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, dict):
+        return str(completion.get("content", ""))
+    if isinstance(completion, (list, tuple)):
+        for message in reversed(completion):
+            if isinstance(message, dict) and message.get("role", "assistant") == "assistant":
+                return str(message.get("content", ""))
+        return ""
+    return "" if completion is None else str(completion)
+
+
 def _coerce(item: Any) -> tuple[float | None, dict]:
     if isinstance(item, Score):
         value, info = item.value, dict(item.info)
