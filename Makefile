@@ -4,6 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.rlvr-installed
+RG_STAMP := $(VENV)/.rlvr-reasoning-gym-installed
 # vLLM flavour: the CUDA build where a GPU driver answers, the CPU build elsewhere.
 EXTRA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 DATA ?= $(abspath ../shared/data)
@@ -29,7 +30,13 @@ demo: install
 	$(VENV)/bin/rlvr model pull smollm2-135m-instruct
 	$(VENV)/bin/rlvr train tasks/demo.yaml --output-dir runs/demo
 
-test: install
+# The reasoning-gym example brings reasoning-gym itself (pinned in its pyproject.toml, pure
+# Python, no torch): installed with its dependencies, again only when that file changes.
+$(RG_STAMP): examples/rlvr-reasoning-gym/pyproject.toml $(STAMP)
+	$(PIP) install -q --no-build-isolation -e examples/rlvr-reasoning-gym
+	touch $(RG_STAMP)
+
+test: install $(RG_STAMP)
 	$(PIP) install -q --no-deps --no-build-isolation -e examples/rlvr-countdown
 	@# pytest exits 5 when it collected nothing: a test run that tests nothing is a failure.
 	RLVR_DATA_DIR="$${RLVR_DATA_DIR:-$(DATA)}" $(VENV)/bin/pytest -q $(PYTEST_ARGS); rc=$$?; \
@@ -38,6 +45,9 @@ test: install
 bench: install
 	RLVR_DATA_DIR="$${RLVR_DATA_DIR:-$(DATA)}" $(PY) benchmarks/bench_sandbox.py
 	RLVR_DATA_DIR="$${RLVR_DATA_DIR:-$(DATA)}" $(PY) benchmarks/bench_math.py
+	@# rlvr vs TRL's RLOOTrainer on the same model, task, reward and batch shapes (~15 min on 2 cores).
+	$(PIP) install -q trl==1.16.0
+	RLVR_DATA_DIR="$${RLVR_DATA_DIR:-$(DATA)}" $(PY) benchmarks/bench_trl.py
 
 clean-venv:
 	rm -rf $(VENV)

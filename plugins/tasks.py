@@ -7,6 +7,7 @@ and the public hub id otherwise, and yields rows with the columns it registers.
 from __future__ import annotations
 
 import random
+import zlib
 from pathlib import Path
 from typing import Iterator
 
@@ -61,7 +62,11 @@ def mbpp(split: str, *, data_dir: Path) -> Iterator[dict]:
         }
 
 
-_SPLIT_OFFSETS = {"train": 0, "test": 1_000_003}
+_TEST_SHARE = 5  # one expression in five belongs to the test split
+
+
+def _in_test(expression: str) -> bool:
+    return zlib.crc32(expression.encode()) % _TEST_SHARE == 0
 
 
 def arithmetic(
@@ -74,19 +79,35 @@ def arithmetic(
     operations: str = "+-*",
     terms: int = 2,
 ) -> Iterator[dict]:
-    """Procedural arithmetic ('What is 7 + 12 * 3?'), deterministic per item, disjoint splits."""
+    """Procedural arithmetic ('What is 7 + 12 * 3?'), deterministic, with truly held-out test items.
+
+    Each expression belongs to one split by a hash of its text (one in five goes to test), so no
+    test question ever appears in train. Train may repeat questions; test never does, and yields
+    fewer than ``size`` rows when the space of expressions is smaller than that.
+    """
     del data_dir  # generated, not read
-    if split not in _SPLIT_OFFSETS:
+    if split not in ("train", "test"):
         raise RlvrError(f"task 'arithmetic' has splits train and test, not {split!r}")
     if not operations or set(operations) - set("+-*"):
         raise RlvrError(f"task 'arithmetic': operations must use + - * only, got {operations!r}")
-    for index in range(size):
-        rng = random.Random(seed * 7_919 + _SPLIT_OFFSETS[split] + index)
+    if max_operand < 1 or terms < 2:
+        raise RlvrError("task 'arithmetic': needs max_operand >= 1 and terms >= 2")
+    want_test = split == "test"
+    space = (max_operand ** terms) * len(operations) ** (terms - 1)
+    rng = random.Random(f"arithmetic/{seed}/{split}")
+    seen: set[str] = set()
+    produced = attempts = 0
+    while produced < size and attempts < 20 * size + 10 * space:
+        attempts += 1
         numbers = [rng.randint(1, max_operand) for _ in range(terms)]
         ops = [rng.choice(operations) for _ in range(terms - 1)]
         expression = str(numbers[0]) + "".join(f" {op} {n}" for op, n in zip(ops, numbers[1:]))
+        if _in_test(expression) != want_test or (want_test and expression in seen):
+            continue
+        seen.add(expression)
         value = eval(expression, {"__builtins__": {}})  # noqa: S307 - our own digits and + - *
-        yield {"id": f"arithmetic/{split}/{index}", "question": f"What is {expression}?", "answer": str(value)}
+        yield {"id": f"arithmetic/{split}/{produced}", "question": f"What is {expression}?", "answer": str(value)}
+        produced += 1
 
 
 @hookimpl

@@ -278,7 +278,7 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
             sampler = VLLMSampler(
                 model_path, max_model_len=max(2 * max_prompt, max_prompt + 64) + max(s.max_tokens, recipe.eval.max_tokens or 0),
                 seed=t.seed + rank, gpu_memory_utilization=s.gpu_memory_utilization,
-                cpu_kvcache_gib=s.cpu_kvcache_gib, in_process=world == 1, on_cpu=not cuda,
+                cpu_kvcache_gib=s.cpu_kvcache_gib, in_process=world == 1, on_cpu=not cuda, dtype=s.dtype,
             )
         except ImportError as exc:
             raise RlvrError(f"sampling.backend vllm needs vLLM ({exc}); install rlvr[cpu] or rlvr[gpu], or set sampling.backend=hf") from None
@@ -385,9 +385,13 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
             pen = shortest_correct_penalty(lengths, correct, k, algo.length_penalty.weight)
             rewards_for_adv = [None if r is None else r + p for r, p in zip(rewards_for_adv, pen)]
 
+        # Micro-batches of similar lengths waste less compute on padding; the loss normalisers
+        # are global, so grouping changes no gradient. Fixed order: old log-probs are keyed by it.
+        by_length = sorted(range(n_seq), key=lambda i: (len(seq_prompts[i]) + len(completions[i].token_ids), i))
+
         def micro_batches():
             for start in range(0, n_seq, t.micro_batch_size):
-                yield list(range(start, min(n_seq, start + t.micro_batch_size)))
+                yield by_length[start : start + t.micro_batch_size]
 
         def forward(module, idx, want_entropy=False):
             pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

@@ -143,7 +143,7 @@ def evaluate(recipe: Recipe, registry: Registry, output_dir: Path) -> dict[str, 
         sampler = VLLMSampler(model_path, max_model_len=2 * longest + 256 + max_tokens, seed=0,
                               gpu_memory_utilization=recipe.sampling.gpu_memory_utilization,
                               cpu_kvcache_gib=recipe.sampling.cpu_kvcache_gib, in_process=True,
-                              on_cpu=not torch.cuda.is_available())
+                              on_cpu=not torch.cuda.is_available(), dtype=recipe.sampling.dtype)
     else:
         from transformers import AutoModelForCausalLM
 

@@ -72,6 +72,9 @@ class SamplingConfig(Strict):
     # vLLM: fraction of accelerator memory (on CPU: of RAM) it may take; KV cache GiB on CPU.
     gpu_memory_utilization: float = Field(default=0.3, gt=0, le=1)
     cpu_kvcache_gib: int = Field(default=2, ge=1)
+    # The sampler's weights: "auto" = bfloat16 on GPUs and on CPUs with bf16 instructions
+    # (AVX512-BF16/AMX), float32 on other CPUs, where vLLM's bf16 matmuls run ~5x slower.
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
 
 
 class ClipConfig(Strict):

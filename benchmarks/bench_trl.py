@@ -1,0 +1,494 @@
+"""rlvr vs TRL's ``RLOOTrainer``, side by side on this machine, alternating.
+
+Both sides train SmolLM2-135M-Instruct (fp32, CPU) with RLOO on rlvr's ``arithmetic`` task,
+rewarded by rlvr's ``math`` reward, with the same prompt (system + user chat messages), the
+same prompts in the same order every step, K samples per prompt, P prompts per optimizer
+step (one optimizer step per generation batch, same micro-batch size), temperature 1.0,
+top-p 1.0, the same completion-token limit, learning rate, constant schedule, no warm-up,
+gradient clipping at 1.0, no weight decay, beta = 0 (no reference model), one pass over
+each batch, and the same loss: the sequence-level REINFORCE loss TRL's RLOO uses
+(per-sequence sum of token log-probs, averaged over sequences; rlvr:
+``algorithm.loss_aggregation=seq_mean_token_sum``, no clipping).
+
+Each side runs in its own process: rlvr as ``python -m rlvr.cli train`` on a recipe written
+to a temporary folder (every setting that matters is set there, nothing comes from
+tasks/demo.yaml), TRL as this script with ``--_trl-worker``. Per side it reports:
+
+- start-up: process launch to the start of the first step (imports, model load, vLLM
+  engine start for rlvr); excluded from the per-step figures;
+- s/step: median (and mean) over the steps after the first one of each run;
+- reward: mean reward over the last half of each run's steps (averaged over rounds);
+- peak memory: the peak of the summed RSS of the process tree (sampled every 0.5 s;
+  includes the math-reward worker processes; shared pages count once per process) and
+  the peak RSS of the main process (``wait4``'s ``ru_maxrss``);
+- rlvr only: weight-sync time (trainer -> vLLM) as a fraction of step time.
+
+Targets (from the issue): rlvr <= 0.5x TRL's time per step at equal or better reward;
+weight sync <= 10% of step time. Run from the repository root:
+
+    .venv/bin/python benchmarks/bench_trl.py                 # ~15 min on 2 cores
+    .venv/bin/python benchmarks/bench_trl.py --rounds 2      # alternate twice
+    .venv/bin/python benchmarks/bench_trl.py --steps 2 --prompts 1 --k 4 --max-tokens 16   # smoke
+
+Needs TRL (``pip install trl==1.16.0``); ``make bench`` installs it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+TRL_VERSION = "1.16.0"
+MODEL = "smollm2-135m-instruct"
+# The task and prompt, fixed here (tasks/demo.yaml may change under us).
+TASK = "arithmetic"
+TASK_OPTIONS = {"size": 4000, "max_operand": 20, "operations": "+-", "terms": 2}
+# str.format templates over a row, as in a recipe ({{ }} are literal braces).
+SYSTEM = "You are a careful calculator. Answer with the result in \\boxed{{}}, e.g. \\boxed{{42}}."
+TEMPLATE = "{question}"
+POLL_S = 0.5
+
+
+# ---------------------------------------------------------------------------- shared helpers
+def micro_batch(total: int, cap: int = 16) -> int:
+    """The largest divisor of ``total`` up to ``cap`` (sequences per forward/backward)."""
+    return max(d for d in range(1, min(cap, total) + 1) if total % d == 0)
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1", PYTHONUNBUFFERED="1")
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)  # a plain single-process run on both sides
+    return env
+
+
+def tree_memory(pid: int) -> tuple[int, int]:
+    """(summed RSS, summed PSS) in bytes of a process and its descendants; (0, 0) if gone."""
+    try:
+        import psutil
+    except ImportError:
+        return 0, 0
+    try:
+        root = psutil.Process(pid)
+        procs = [root] + root.children(recursive=True)
+    except psutil.Error:
+        return 0, 0
+    rss = pss = 0
+    for proc in procs:
+        try:
+            info = proc.memory_full_info()
+            rss += info.rss
+            pss += getattr(info, "pss", info.rss)
+        except psutil.Error:
+            pass
+    return rss, pss
+
+
+def run_monitored(name: str, cmd: list[str], log_path: Path, timeout: float, on_poll=None) -> dict[str, Any]:
+    """Run ``cmd`` (output to ``log_path``), sampling the process tree's memory until it exits."""
+    launch = time.time()
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=child_env(), cwd=ROOT,
+                                start_new_session=True)
+    peak_rss = peak_pss = 0
+    status, usage = None, None
+    try:
+        while True:
+            pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+            if pid:
+                break
+            rss, pss = tree_memory(proc.pid)
+            peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
+            if on_poll:
+                on_poll()
+            if time.time() - launch > timeout:
+                os.killpg(proc.pid, signal.SIGTERM)
+                time.sleep(5)
+                if os.wait4(proc.pid, os.WNOHANG)[0] == 0:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                _, status, usage = os.wait4(proc.pid, 0)
+                proc.returncode = -1
+                raise TimeoutError(f"{name} ran past --timeout {timeout:g} s; log: {log_path}")
+            time.sleep(POLL_S)
+    except BaseException:
+        if proc.returncode is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+                os.wait4(proc.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            proc.returncode = -1
+        raise
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if on_poll:
+        on_poll()
+    return {
+        "launch": launch,
+        "wall_s": time.time() - launch,
+        "returncode": proc.returncode,
+        "peak_tree_rss_bytes": peak_rss,
+        "peak_tree_pss_bytes": peak_pss,
+        "main_maxrss_bytes": usage.ru_maxrss * 1024,  # Linux: KiB
+    }
+
+
+def log_tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+# ---------------------------------------------------------------------------- rlvr side
+def rlvr_recipe(a: argparse.Namespace) -> dict[str, Any]:
+    from rlvr.recipe import SamplingConfig
+
+    sampling = {"backend": "vllm", "num_generations": a.k, "temperature": 1.0, "top_p": 1.0,
+                "max_tokens": a.max_tokens}
+    if "dtype" in SamplingConfig.model_fields:
+        sampling["dtype"] = "float32"  # fp32 on both sides (TRL generates with the fp32 training model)
+    return {
+        "name": "bench-trl",
+        "description": "rlvr side of benchmarks/bench_trl.py",
+        "task": {"name": TASK, "options": dict(TASK_OPTIONS)},
+        "data": {"train_split": "train", "eval_split": "test", "seed": a.seed},
+        "prompt": {"system": SYSTEM, "template": TEMPLATE},
+        "rewards": {"math": 1.0},
+        "model": {"name": MODEL, "dtype": "float32"},
+        "sampling": sampling,
+        "trainer": {
+            "steps": a.steps, "rollout_batch_size": a.prompts * a.k, "micro_batch_size": a.micro,
+            "lr": a.lr, "weight_decay": 0.0, "warmup_steps": 0, "schedule": "constant", "max_grad_norm": 1.0,
+            "zero_stage": 2, "seed": a.seed, "save_every": a.steps, "keep_last": 1,
+            "eval_at_start": False, "eval_at_end": False,
+        },
+        "algorithm": {
+            "normalize_advantages": "none", "clip": None, "ppo_epochs": 1,
+            "loss_aggregation": "seq_mean_token_sum", "kl": {"beta": 0.0}, "mask_truncated": False,
+        },
+        "eval": {"limit": 8},
+    }
+
+
+def run_rlvr(a: argparse.Namespace, work: Path) -> dict[str, Any]:
+    import yaml
+
+    work.mkdir(parents=True)
+    recipe_path = work / "recipe.yaml"
+    recipe_path.write_text(yaml.safe_dump(rlvr_recipe(a), sort_keys=False))
+    out_dir = work / "run"
+    metrics = out_dir / "metrics.jsonl"
+    first_row_at: list[float] = []
+
+    def watch():  # the wall time the first metrics row was written: start-up = that - its time_step
+        if not first_row_at and metrics.exists():
+            text = metrics.read_text()
+            if text.endswith("\n") and text.count("\n") >= 1:
+                first_row_at.append(metrics.stat().st_mtime if text.count("\n") == 1 else time.time())
+
+    cmd = [sys.executable, "-m", "rlvr.cli", "train", str(recipe_path), "--output-dir", str(out_dir)]
+    proc = run_monitored("rlvr", cmd, work / "log.txt", a.timeout, on_poll=watch)
+    if proc["returncode"] != 0:
+        raise RuntimeError(f"rlvr run failed (exit {proc['returncode']}); last lines of {work / 'log.txt'}:\n"
+                           + log_tail(work / "log.txt"))
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    if len(rows) != a.steps:
+        raise RuntimeError(f"rlvr wrote {len(rows)} metrics rows, expected {a.steps}")
+    startup = first_row_at[0] - rows[0]["time_step"] - proc["launch"] if first_row_at else None
+    return {
+        **proc,
+        "startup_s": startup,
+        "step_s": [r["time_step"] for r in rows],
+        "generate_s": [r["time_generate"] for r in rows],
+        "train_s": [r["time_train"] for r in rows],
+        "sync_s": [r["time_sync"] for r in rows],
+        "reward": [r["reward_mean"] for r in rows],
+        "completion_len": [r["completion_len_mean"] for r in rows],
+    }
+
+
+# ---------------------------------------------------------------------------- TRL side
+def trl_missing() -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        found = version("trl")
+    except PackageNotFoundError:
+        return "TRL is not installed"
+    if found != TRL_VERSION:
+        print(f"note: TRL {found} installed; this benchmark was written for {TRL_VERSION}", file=sys.stderr)
+    return None
+
+
+def run_trl(a: argparse.Namespace, work: Path) -> dict[str, Any]:
+    work.mkdir(parents=True)
+    result = work / "trl.json"
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--_trl-worker", str(result),
+           "--steps", str(a.steps), "--prompts", str(a.prompts), "--k", str(a.k), "--max-tokens", str(a.max_tokens),
+           "--lr", str(a.lr), "--seed", str(a.seed), "--micro", str(a.micro)]
+    proc = run_monitored("TRL", cmd, work / "log.txt", a.timeout)
+    if proc["returncode"] != 0 or not result.exists():
+        raise RuntimeError(f"TRL run failed (exit {proc['returncode']}); last lines of {work / 'log.txt'}:\n"
+                           + log_tail(work / "log.txt"))
+    data = json.loads(result.read_text())
+    if len(data["step_s"]) != a.steps:
+        raise RuntimeError(f"TRL ran {len(data['step_s'])} steps, expected {a.steps}")
+    return {**proc, **data, "startup_s": data["first_step_at"] - proc["launch"]}
+
+
+def trl_worker(a: argparse.Namespace) -> None:
+    """One TRL RLOOTrainer run; writes per-step times and rewards to ``a._trl_worker``."""
+    from datasets import Dataset
+    from transformers import AutoTokenizer, TrainerCallback
+    from trl import RLOOConfig, RLOOTrainer
+
+    from rlvr.engine import PromptStream, render_prompt
+    from rlvr.models import resolve_model
+    from rlvr.plugins import load_registry
+    from rlvr.recipe import PromptConfig, data_dir
+    from rlvr.rewards import completion_text
+
+    registry = load_registry()
+    rows = list(registry.task(TASK).load("train", data_dir=data_dir(), **TASK_OPTIONS))
+    # rlvr's prompt order: the same prompts in the same order every step, so no shuffling here.
+    order = PromptStream(len(rows), a.seed).take((a.steps + 1) * a.prompts)
+    records = []
+    for i in order:
+        row = rows[i]
+        messages = [{"role": "system", "content": SYSTEM.format(**row)}, {"role": "user", "content": TEMPLATE.format(**row)}]
+        records.append({"prompt": messages, "answer": row["answer"]})
+    model_path = resolve_model(MODEL)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    trl_ids = tokenizer.apply_chat_template(records[0]["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
+    rlvr_ids = render_prompt(tokenizer, PromptConfig(system=SYSTEM, template=TEMPLATE), rows[order[0]])
+    math_fn = registry.reward("math").fn
+
+    def reward(prompts, completions, answer, **kwargs) -> list[float | None]:
+        scores = math_fn(prompts, [completion_text(c) for c in completions], kwargs.get("completion_ids"), answer=answer)
+        return [s.value for s in scores]
+
+    reward.__name__ = "math"
+
+    step_s, reward_log, length_log, generate_s = [], [], [], []
+    marks: dict[str, float] = {}
+
+    class Timer(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kw):
+            marks["begin"] = time.time()
+            marks.setdefault("first", marks["begin"])
+
+        def on_step_end(self, args, state, control, **kw):
+            step_s.append(time.time() - marks["begin"])
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "reward" in logs:
+                reward_log.append(logs["reward"])
+                length_log.append(logs.get("completions/mean_length"))
+
+    config = RLOOConfig(
+        output_dir=str(Path(a._trl_worker).parent / "out"),
+        use_cpu=True, bf16=False, fp16=False, gradient_checkpointing=False,
+        model_init_kwargs={"dtype": "float32"},
+        per_device_train_batch_size=a.micro,
+        gradient_accumulation_steps=a.prompts * a.k // a.micro,  # one optimizer step per generation batch
+        num_generations=a.k, max_completion_length=a.max_tokens,
+        temperature=1.0, top_p=1.0, top_k=0,
+        learning_rate=a.lr, lr_scheduler_type="constant", weight_decay=0.0, max_grad_norm=1.0,
+        beta=0.0, num_iterations=1, shuffle_dataset=False, seed=a.seed,
+        max_steps=a.steps, logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    trainer = RLOOTrainer(model=model_path, reward_funcs=[reward], args=config,
+                          train_dataset=Dataset.from_list(records), processing_class=tokenizer, callbacks=[Timer()])
+    original_generate = trainer._generate
+
+    def timed_generate(prompts):  # generation time per step (sampling with transformers generate)
+        t0 = time.perf_counter()
+        out = original_generate(prompts)
+        generate_s.append(time.perf_counter() - t0)
+        return out
+
+    trainer._generate = timed_generate
+    trainer.train()
+    import resource
+
+    Path(a._trl_worker).write_text(json.dumps({
+        "first_step_at": marks["first"],
+        "step_s": step_s,
+        "generate_s": generate_s,
+        "reward": reward_log,
+        "completion_len": length_log,
+        "prompt_tokens_match_rlvr": list(trl_ids) == list(rlvr_ids),
+        "trl_config": {
+            "per_device_train_batch_size": config.per_device_train_batch_size,
+            "gradient_accumulation_steps": config.gradient_accumulation_steps,
+            "generation_batch_size": config.generation_batch_size,
+            "steps_per_generation": config.steps_per_generation,
+            "optim": str(config.optim),
+        },
+        "worker_maxrss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+    }))
+
+
+# ---------------------------------------------------------------------------- summary
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _mean(values: list[float]) -> float | None:
+    values = [v for v in values if v is not None and v == v]
+    return statistics.fmean(values) if values else None
+
+
+def summarize(runs: list[dict[str, Any]], side: str) -> dict[str, Any]:
+    """Pool rounds: per-step times after each run's first step; reward over each run's last half."""
+    steps = [s for r in runs for s in r["step_s"][1:]]
+    last_half = [_mean(r["reward"][len(r["reward"]) // 2:]) for r in runs]
+    out = {
+        "side": side,
+        "rounds": len(runs),
+        "startup_s": _mean([r["startup_s"] for r in runs]),
+        "step_s_median": _median(steps),
+        "step_s_mean": _mean(steps),
+        "steps_counted": len(steps),
+        "generate_s_median": _median([g for r in runs for g in r["generate_s"][1:]]),
+        "reward_last_half": _mean(last_half),
+        "reward_all": _mean([x for r in runs for x in r["reward"]]),
+        "completion_len_mean": _mean([x for r in runs for x in r["completion_len"]]),
+        "peak_tree_rss_gib": max(r["peak_tree_rss_bytes"] for r in runs) / 2**30,
+        "peak_tree_pss_gib": max(r["peak_tree_pss_bytes"] for r in runs) / 2**30,
+        "peak_main_rss_gib": max(r["main_maxrss_bytes"] for r in runs) / 2**30,
+        "wall_s": _mean([r["wall_s"] for r in runs]),
+    }
+    if side == "rlvr":
+        pairs = [(sy, st) for r in runs for sy, st in zip(r["sync_s"][1:], r["step_s"][1:])]
+        out["sync_s_median"] = _median([sy for sy, _ in pairs])
+        out["sync_fraction"] = sum(sy for sy, _ in pairs) / sum(st for _, st in pairs) if pairs else None
+        out["train_s_median"] = _median([t for r in runs for t in r["train_s"][1:]])
+    return out
+
+
+def _fmt(value, spec: str, none: str = "-") -> str:
+    return none if value is None else format(value, spec)
+
+
+def report(summary: dict[str, dict[str, Any]], a: argparse.Namespace) -> dict[str, Any]:
+    print()
+    print(f"model {MODEL} fp32 | task {TASK} {TASK_OPTIONS} | {a.prompts} prompts x K={a.k} a step "
+          f"(micro-batch {a.micro}) | max {a.max_tokens} new tokens | lr {a.lr:g} | {a.steps} steps x {a.rounds} round(s)")
+    head = f"{'side':<5} {'startup s':>9} {'s/step med':>10} {'s/step mean':>11} {'gen s med':>9} {'reward(last½)':>13} " \
+           f"{'len':>5} {'peak tree RSS GiB':>17} {'PSS GiB':>7} {'main RSS GiB':>12} {'sync frac':>9}"
+    print(head)
+    print("-" * len(head))
+    for side in ("rlvr", "trl"):
+        s = summary.get(side)
+        if not s:
+            continue
+        print(f"{side:<5} {_fmt(s['startup_s'], '9.1f'):>9} {_fmt(s['step_s_median'], '10.2f'):>10} "
+              f"{_fmt(s['step_s_mean'], '11.2f'):>11} {_fmt(s['generate_s_median'], '9.2f'):>9} "
+              f"{_fmt(s['reward_last_half'], '13.3f'):>13} {_fmt(s['completion_len_mean'], '5.1f'):>5} "
+              f"{s['peak_tree_rss_gib']:17.2f} {s['peak_tree_pss_gib']:7.2f} {s['peak_main_rss_gib']:12.2f} "
+              f"{_fmt(s.get('sync_fraction'), '9.1%', 'n/a'):>9}")
+    verdict: dict[str, Any] = {}
+    r, t = summary.get("rlvr"), summary.get("trl")
+    if r and r.get("sync_fraction") is not None:
+        verdict["sync_fraction"] = r["sync_fraction"]
+        verdict["sync_ok"] = r["sync_fraction"] <= 0.10
+        print(f"rlvr weight sync: {r['sync_fraction']:.1%} of step time (median {r['sync_s_median']:.3f} s/step) "
+              f"-> {'PASS' if verdict['sync_ok'] else 'FAIL'} (target <= 10%)")
+    if r and t and r["step_s_median"] and t["step_s_median"]:
+        ratio = r["step_s_median"] / t["step_s_median"]
+        verdict["time_ratio"] = ratio
+        verdict["time_ok"] = ratio <= 0.5
+        verdict["reward_ok"] = (r["reward_last_half"] or 0.0) >= (t["reward_last_half"] or 0.0)
+        print(f"time per step rlvr/TRL: {ratio:.2f}x (median; mean {r['step_s_mean'] / t['step_s_mean']:.2f}x) "
+              f"-> {'PASS' if verdict['time_ok'] else 'FAIL'} (target <= 0.5x)")
+        print(f"reward over the last half: rlvr {_fmt(r['reward_last_half'], '.3f')} vs TRL {_fmt(t['reward_last_half'], '.3f')} "
+              f"-> {'PASS' if verdict['reward_ok'] else 'FAIL'} (target: equal or better; noisy with few steps)")
+    elif not (r and t):
+        print("(one side only: no ratio)")
+    else:
+        print("(too few steps for a ratio: run at least 2 steps)")
+    return verdict
+
+
+# ---------------------------------------------------------------------------- main
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--steps", type=int, default=5, help="optimizer steps per run (default 5)")
+    p.add_argument("--prompts", type=int, default=4, help="prompts per step (default 4)")
+    p.add_argument("--k", type=int, default=8, help="samples per prompt (default 8)")
+    p.add_argument("--max-tokens", type=int, default=64, help="max new tokens per completion (default 64)")
+    p.add_argument("--micro", type=int, default=None, help="sequences per forward/backward (default: largest divisor of prompts*k up to 16)")
+    p.add_argument("--rounds", type=int, default=1, help="alternations rlvr, TRL, rlvr, TRL, ... (default 1)")
+    p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--only", choices=["rlvr", "trl"], default=None, help="run one side only")
+    p.add_argument("--timeout", type=float, default=3600, help="seconds per run before it is killed")
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "trl.json")
+    p.add_argument("--keep", action="store_true", help="keep the runs' temporary folders (logs, metrics)")
+    p.add_argument("--_trl-worker", dest="_trl_worker", default=None, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a.steps < 1 or a.prompts < 1 or a.k < 2 or a.max_tokens < 1 or a.rounds < 1:
+        p.error("need --steps >= 1, --prompts >= 1, --k >= 2, --max-tokens >= 1, --rounds >= 1")
+    a.micro = a.micro or micro_batch(a.prompts * a.k)
+    if (a.prompts * a.k) % a.micro:
+        p.error(f"--micro {a.micro} must divide prompts*k = {a.prompts * a.k}")
+    if a._trl_worker:
+        trl_worker(a)
+        return 0
+    if a.only != "rlvr":
+        missing = trl_missing()
+        if missing:
+            print(f"{missing}: pip install trl=={TRL_VERSION}", file=sys.stderr)
+            return 2
+    from rlvr.models import resolve_model
+
+    print(f"model: {resolve_model(MODEL)}", flush=True)  # pulls it once, outside any timing
+    sides = [a.only] if a.only else ["rlvr", "trl"]
+    work = Path(tempfile.mkdtemp(prefix="rlvr-bench-trl-"))
+    runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
+    try:
+        for rnd in range(a.rounds):
+            for side in sides:
+                print(f"round {rnd + 1}/{a.rounds}: {side} ...", end=" ", flush=True)
+                folder = work / f"{side}-{rnd}"
+                run = run_rlvr(a, folder) if side == "rlvr" else run_trl(a, folder)
+                runs[side].append(run)
+                steps = run["step_s"]
+                print(f"start-up {_fmt(run['startup_s'], '.1f')} s, steps {', '.join(f'{s:.1f}' for s in steps)} s, "
+                      f"reward {', '.join(_fmt(x, '.2f', 'nan') for x in run['reward'])}, wall {run['wall_s']:.0f} s", flush=True)
+                if side == "trl" and not run.get("prompt_tokens_match_rlvr", True):
+                    print("warning: TRL's prompt tokens differ from rlvr's", flush=True)
+    finally:
+        if a.keep:
+            print(f"runs kept in {work}")
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+    summary = {side: summarize(rs, side) for side, rs in runs.items()}
+    verdict = report(summary, a)
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    config = {k: v for k, v in vars(a).items() if k not in ("_trl_worker", "out")}
+    a.out.write_text(json.dumps({
+        "config": {**config, "model": MODEL, "task": TASK, "task_options": TASK_OPTIONS, "system": SYSTEM,
+                   "template": TEMPLATE, "trl_version": TRL_VERSION},
+        "summary": summary, "verdict": verdict, "runs": runs,
+    }, indent=2, default=str))
+    print(f"results: {a.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
