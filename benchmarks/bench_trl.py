@@ -55,7 +55,8 @@ MODEL = "smollm2-135m-instruct"
 TASK = "arithmetic"
 TASK_OPTIONS = {"size": 4000, "max_operand": 20, "operations": "+-", "terms": 2}
 # str.format templates over a row, as in a recipe ({{ }} are literal braces).
-SYSTEM = "You are a careful calculator. Answer with the result in \\boxed{{}}, e.g. \\boxed{{42}}."
+SYSTEM = "Reply with only the number."
+EXTRACT = "auto"  # the math reward reads the last number when there is no boxed/tagged answer
 TEMPLATE = "{question}"
 POLL_S = 0.5
 
@@ -165,7 +166,7 @@ def rlvr_recipe(a: argparse.Namespace) -> dict[str, Any]:
         "task": {"name": TASK, "options": dict(TASK_OPTIONS)},
         "data": {"train_split": "train", "eval_split": "test", "seed": a.seed},
         "prompt": {"system": SYSTEM, "template": TEMPLATE},
-        "rewards": {"math": 1.0},
+        "rewards": {"math": {"weight": 1.0, "options": {"extract": EXTRACT}}},
         "model": {"name": MODEL, "dtype": "float32"},
         "sampling": sampling,
         "trainer": {
@@ -276,7 +277,8 @@ def trl_worker(a: argparse.Namespace) -> None:
     math_fn = registry.reward("math").fn
 
     def reward(prompts, completions, answer, **kwargs) -> list[float | None]:
-        scores = math_fn(prompts, [completion_text(c) for c in completions], kwargs.get("completion_ids"), answer=answer)
+        scores = math_fn(prompts, [completion_text(c) for c in completions], kwargs.get("completion_ids"), answer=answer,
+                         extract=EXTRACT)
         return [s.value for s in scores]
 
     reward.__name__ = "math"

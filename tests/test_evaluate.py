@@ -1,0 +1,55 @@
+"""`rlvr eval`: the estimators, and end-to-end reports from local data with a tiny model."""
+
+import json
+
+import pytest
+
+from conftest import run_rlvr
+from rlvr.evaluate import majority_correct, pass_at_k
+
+
+def test_pass_at_k_matches_the_definition():
+    # 1 - C(n-c, k) / C(n, k), checked against the closed form by hand
+    assert pass_at_k(4, 0, 1) == 0.0
+    assert pass_at_k(4, 1, 1) == pytest.approx(0.25)
+    assert pass_at_k(4, 1, 2) == pytest.approx(1 - 3 / 6)  # C(3,2)/C(4,2)
+    assert pass_at_k(10, 3, 5) == pytest.approx(1 - 21 / 252)  # C(7,5)/C(10,5)
+    assert pass_at_k(5, 4, 2) == 1.0  # fewer than k failures: some pair always passes
+    with pytest.raises(ValueError):
+        pass_at_k(2, 1, 4)
+
+
+def test_majority_vote():
+    assert majority_correct(["3", "4", "3"], [True, False, True])
+    assert not majority_correct(["4", "4", "3"], [False, False, True])
+    assert majority_correct(["4", "3"], [False, True]) is False  # tie: the first seen wins
+    assert not majority_correct([None, None], [False, False])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["hf", "vllm"])
+def test_eval_math500_reports(tmp_path, tiny_model, backend):
+    out = tmp_path / "ev"
+    res = run_rlvr("eval", "tasks/math.yaml", "--profile", "cpu", "--model", tiny_model, "--limit", "6",
+                   "--k", "1,2", "--output-dir", out, "--set", f"sampling.backend={backend}",
+                   "--set", "eval.max_tokens=8", "--set", "sampling.cpu_kvcache_gib=1",
+                   "--set", "sampling.gpu_memory_utilization=0.1")
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["n"] == 6 and report["samples_per_prompt"] == 2 and report["split"] == "test"
+    for key in ("pass@1", "pass@2", "maj@2", "accuracy"):
+        assert 0.0 <= report[key] <= 1.0
+    assert sum(v["n"] for v in report["by_subject"].values()) == 6
+    assert sum(v["n"] for v in report["by_level"].values()) == 6
+    lines = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert len(lines) == 6 and all(len(line["samples"]) == 2 for line in lines)
+    info = lines[0]["samples"][0]["reward_info"]
+    assert set(info) == {"math", "format", "overlong"} and "gold" in info["math"]
+    assert "| pass@1 | pass@2 | maj@2 |" in (out / "report.md").read_text()
+
+
+def test_eval_bad_model_is_one_line(tmp_path):
+    res = run_rlvr("eval", "tasks/gsm8k.yaml", "--model", tmp_path / "missing", "--limit", "2",
+                   "--output-dir", tmp_path / "ev")
+    assert res.returncode == 2
+    assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
