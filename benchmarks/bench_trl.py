@@ -18,7 +18,7 @@ tasks/demo.yaml), TRL as this script with ``--_trl-worker``. Per side it reports
   engine start for rlvr); excluded from the per-step figures;
 - s/step: median (and mean) over the steps after the first one of each run;
 - reward: mean reward over the last half of each run's steps (averaged over rounds);
-- peak memory: the peak of the summed RSS of the process tree (sampled every 0.5 s;
+- peak memory: the peak of the summed RSS of the process tree (sampled every 2 s;
   includes the math-reward worker processes; shared pages count once per process) and
   the peak RSS of the main process (``wait4``'s ``ru_maxrss``);
 - rlvr only: weight-sync time (trainer -> vLLM) as a fraction of step time.
@@ -58,7 +58,7 @@ TASK_OPTIONS = {"size": 4000, "max_operand": 20, "operations": "+-", "terms": 2}
 SYSTEM = "Reply with only the number."
 EXTRACT = "auto"  # the math reward reads the last number when there is no boxed/tagged answer
 TEMPLATE = "{question}"
-POLL_S = 0.5
+POLL_S = 2.0  # reading smaps (PSS) of a vLLM process costs CPU: poll sparingly
 
 
 # ---------------------------------------------------------------------------- shared helpers

@@ -31,6 +31,7 @@ import re
 from typing import Any
 
 from rlvr import RlvrError, Score, hookimpl
+from rlvr.rewards import completion_text
 
 from .sandbox import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT, ISOLATION_LEVELS, Job, Result, get_sandbox
 
@@ -80,7 +81,7 @@ def code_reward(
     for i, completion in enumerate(completions):
         try:
             made = _make_job(
-                completion=_completion_text(completion),
+                completion=completion_text(completion),
                 prompt_text=_at(prompt, i) if prompt is not None else _at(prompts, i),
                 test=_at(test, i),
                 entry_point=_at(entry_point, i),
@@ -139,23 +140,6 @@ def _at(column: Any, i: int) -> Any:
         return column[i]
     except (IndexError, KeyError, TypeError):
         return None
-
-
-def _completion_text(completion: Any) -> str:
-    """Plain text of a completion: a string, or chat messages (the last assistant turn)."""
-    if completion is None:
-        return ""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, dict):
-        return _completion_text(completion.get("content"))
-    if isinstance(completion, (list, tuple)):
-        messages = [m for m in completion if isinstance(m, dict)]
-        assistant = [m for m in messages if m.get("role") == "assistant"]
-        if assistant or messages:
-            return _completion_text((assistant or messages)[-1].get("content"))
-        return "".join(part for part in completion if isinstance(part, str))
-    return str(completion)
 
 
 _FENCE = re.compile(r"^[ \t]*```[ \t]*([\w+#.-]*)[^\n]*\n(.*?)(?:^[ \t]*```|\Z)", re.S | re.M)

@@ -130,7 +130,7 @@ def evaluate(recipe: Recipe, registry: Registry, output_dir: Path) -> dict[str, 
     import torch
 
     from .models import resolve_model
-    from .sampling import HFSampler, VLLMSampler
+    from .sampling import HFSampler, VLLMSampler, model_max_len
 
     rows = eval_rows(recipe, registry)
     model_path = resolve_model(recipe.model.name)
@@ -140,6 +140,10 @@ def evaluate(recipe: Recipe, registry: Registry, output_dir: Path) -> dict[str, 
     max_tokens = recipe.eval.max_tokens or recipe.sampling.max_tokens
     if recipe.sampling.backend == "vllm":
         longest = max(len(tokenizer(recipe.eval_prompt.template.format(**r))["input_ids"]) for r in rows[:200])
+        limit = model_max_len(model_path)
+        if limit and longest + max_tokens > limit:
+            raise RlvrError(f"eval prompts of up to {longest} tokens plus max_tokens {max_tokens} exceed the model's "
+                            f"context of {limit} tokens: lower eval.max_tokens")
         sampler = VLLMSampler(model_path, max_model_len=2 * longest + 256 + max_tokens, seed=0,
                               gpu_memory_utilization=recipe.sampling.gpu_memory_utilization,
                               cpu_kvcache_gib=recipe.sampling.cpu_kvcache_gib, in_process=True,

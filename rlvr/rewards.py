@@ -67,17 +67,23 @@ class RewardBatch:
 
 
 def completion_text(completion: Any) -> str:
-    """A completion is a string or a chat message list (the last assistant message counts)."""
+    """Plain text of a completion: a string, or chat messages (the last assistant turn counts;
+    without roles, the last message). Content may itself be a list of text parts."""
+    if completion is None:
+        return ""
     if isinstance(completion, str):
         return completion
     if isinstance(completion, dict):
-        return str(completion.get("content", ""))
+        if "content" in completion:
+            return completion_text(completion["content"])
+        return str(completion.get("text", ""))
     if isinstance(completion, (list, tuple)):
-        for message in reversed(completion):
-            if isinstance(message, dict) and message.get("role", "assistant") == "assistant":
-                return str(message.get("content", ""))
-        return ""
-    return "" if completion is None else str(completion)
+        messages = [m for m in completion if isinstance(m, dict) and "content" in m]
+        if messages:
+            assistant = [m for m in messages if m.get("role", "assistant") == "assistant"]
+            return completion_text((assistant or messages)[-1])
+        return "".join(completion_text(part) for part in completion)
+    return str(completion)
 
 
 def _coerce(item: Any) -> tuple[float | None, dict]:

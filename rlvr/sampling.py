@@ -6,6 +6,7 @@ Both take prompts as token ids, so the trainer and the sampler see the same toke
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -43,6 +44,17 @@ def sampler_dtype(dtype: str, on_cpu: bool) -> str:
     return "bfloat16" if not on_cpu or cpu_has_bf16() else "float32"
 
 
+def model_max_len(model_path: str) -> int | None:
+    """The context length a local model folder declares (``max_position_embeddings``), if any."""
+    try:
+        with open(os.path.join(model_path, "config.json")) as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return None
+    value = config.get("max_position_embeddings") or config.get("text_config", {}).get("max_position_embeddings")
+    return int(value) if value else None
+
+
 class VLLMSampler:
     """vLLM colocated with the trainer: one engine per rank.
 
@@ -58,6 +70,8 @@ class VLLMSampler:
         from vllm import LLM
 
         self.in_process, self.on_cpu = in_process, on_cpu
+        limit = model_max_len(model_path)
+        max_model_len = min(max_model_len, limit) if limit else max_model_len
         self.llm = LLM(
             model=model_path,
             dtype=sampler_dtype(dtype, on_cpu),

@@ -79,3 +79,14 @@ def test_options_are_passed():
         return [factor] * len(completions)
 
     assert run(bound(scaled, "s", factor=3.0)).total == [3.0, 3.0]
+
+
+def test_completion_text_reads_strings_and_chat_messages():
+    from rlvr.rewards import completion_text
+
+    chat = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
+    assert completion_text(chat) == "a"
+    assert completion_text([{"role": "assistant", "content": [{"type": "text", "text": "x"}, {"type": "text", "text": "y"}]}]) == "xy"
+    assert completion_text({"content": "z"}) == "z"
+    assert completion_text([{"content": "m"}]) == "m"  # no role: the last message
+    assert completion_text(None) == "" and completion_text("plain") == "plain"
