@@ -32,3 +32,24 @@ for bench in ("gsm8k", "math500", "humaneval"):
     b, a = (json.loads((out / f"{tag}-{bench}" / "report.json").read_text()) for tag in ("before", "after"))
     print(f"| {bench} | {b['n']} | {100 * b['pass@1']:.1f} | {100 * a['pass@1']:.1f} |")
 PY
+# The same GSM8K/MATH-500 samples re-scored with lenient answer extraction (extract=auto: tag,
+# boxed, "####", "the answer is", else the last number): SmolLM2 rarely writes \boxed{}.
+for tag in before after; do
+  for bench in gsm8k math500; do
+    .venv/bin/python - "$OUT/$tag-$bench" "$bench" <<'PY'
+import json, sys
+from pathlib import Path
+folder, bench = Path(sys.argv[1]), sys.argv[2]
+from rlvr.plugins import get_plugin_manager, load_registry
+from rlvr.recipe import data_dir
+task = load_registry(get_plugin_manager()).task("gsm8k" if bench == "gsm8k" else "math")
+rows = {str(r.get("id")): r for r in task.load("test", data_dir=data_dir())}
+with open(folder / "lenient-in.jsonl", "w") as f:
+    for line in open(folder / "samples.jsonl"):
+        rec = json.loads(line)
+        f.write(json.dumps({"id": rec["id"], "completion": rec["samples"][0]["completion"], "answer": rows[str(rec["id"])]["answer"]}) + "\n")
+PY
+    $RLVR score --reward math --option extract=auto --input "$OUT/$tag-$bench/lenient-in.jsonl" --output "$OUT/$tag-$bench/lenient.jsonl"
+    .venv/bin/python -c "import json,sys; r=[json.loads(l)['reward'] for l in open(sys.argv[1])]; print(sys.argv[1], 'lenient pass@1', sum(x or 0 for x in r)/len(r), len(r))" "$OUT/$tag-$bench/lenient.jsonl"
+  done
+done
