@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import os
 import re
-import threading
 from typing import Any, Sequence
 
 from rlvr import RlvrError, Score, hookimpl
@@ -486,16 +485,21 @@ def _sample_points(symbols, count: int):
 
 
 def _values_at(exprs, point):
-    """30-digit values at a point, or None where one is undefined. ``evalf(subs=)`` is
+    """30-digit values at a point, or None where one is undefined (or sympy cannot evaluate it). ``evalf(subs=)`` is
     adaptive: a difference that cancels to 1e-40 comes back as 1e-40, not 0, and huge
     powers are not expanded as exact rationals."""
     sp = _MV["sympy"]
     values = []
-    for e in exprs:
-        v = e.evalf(30, subs=point)
-        if not v.is_number or v.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
-            return None
-        values.append(v)
+    try:
+        for e in exprs:
+            v = e.evalf(30, subs=point)
+            if not v.is_number or v.has(sp.nan, sp.zoo, sp.oo, -sp.oo):
+                return None
+            values.append(v)
+    except _SoftTimeout:
+        raise
+    except Exception:  # noqa: BLE001 - sympy fails in many ways at a bad point: treat as undefined
+        return None
     return values
 
 
@@ -511,12 +515,7 @@ def _functions_equal(g, p) -> bool | None:
     tol_float = _has_float(g) or _has_float(p)
     agreed = 0
     for point in _sample_points(symbols, 4):
-        try:
-            values = _values_at((g, p, g - p), point)
-        except _SoftTimeout:
-            raise
-        except Exception:  # noqa: BLE001
-            values = None
+        values = _values_at((g, p, g - p), point)
         if values is None:
             continue
         gv, pv, dv = values
@@ -548,12 +547,7 @@ def _proportional(e1, e2, positive: bool = False) -> bool | None:
     cross = e1.xreplace(here) * e2.xreplace(there) - e2.xreplace(here) * e1.xreplace(there)
     points = []
     for point in _sample_points(symbols, 6):
-        try:
-            values = _values_at((e1, e2), point)
-        except _SoftTimeout:
-            raise
-        except Exception:  # noqa: BLE001
-            values = None
+        values = _values_at((e1, e2), point)
         if values is None:
             continue
         z1, z2 = _is_zero_value(values[0]) is True, _is_zero_value(values[1]) is True
@@ -844,36 +838,22 @@ def _score_item(item: tuple) -> dict[str, Any]:
 
 # --------------------------------------------------------------------------- host side
 
-_POOLS: dict[int, Any] = {}
-_POOLS_LOCK = threading.Lock()
-
-
 def _pool(workers: int = 0):
-    """The shared worker pool of that size, created on first use.
+    """The shared worker pool of that size (see :func:`rlvr.workers.shared_pool`).
 
-    ``workers=0``: $RLVR_MATH_WORKERS, else the CPU count clamped to 2..8 -- at least two,
-    so that one sample stuck until its time limit never holds up the rest of a batch.
+    ``workers=0``: $RLVR_MATH_WORKERS, else the CPU count clamped to 2..8.
     """
     if workers <= 0:
         size = os.environ.get("RLVR_MATH_WORKERS")
         try:
-            cpus = len(os.sched_getaffinity(0))
-        except AttributeError:
-            cpus = os.cpu_count() or 1
-        try:
-            workers = int(size) if size else max(2, min(8, cpus))
+            workers = max(1, int(size)) if size else 0
         except ValueError:
             raise RlvrError(f"RLVR_MATH_WORKERS must be an integer, got {size!r}") from None
-    workers = max(1, workers)
-    with _POOLS_LOCK:
-        pool = _POOLS.get(workers)
-        if pool is None:
-            from rlvr.workers import DeadlinePool
+    from rlvr.workers import shared_pool
 
-            # 2 GiB of growth per worker: far more than any sane answer needs, and a cap
-            # on what a pathological one can take from the trainer beside it.
-            pool = _POOLS[workers] = DeadlinePool(workers, initializer=_init_worker, memory_limit_mb=2048)
-        return pool
+    # 2 GiB of growth per worker: far more than any sane answer needs, and a cap
+    # on what a pathological one can take from the trainer beside it.
+    return shared_pool(workers, _init_worker, memory_limit_mb=2048)
 
 
 def math_reward(

@@ -52,7 +52,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal
 
-__all__ = ["DeadlinePool", "Result", "PoolBroken"]
+__all__ = ["DeadlinePool", "Result", "PoolBroken", "shared_pool"]
 
 Status = Literal["ok", "error", "timeout"]
 
@@ -534,3 +534,25 @@ class DeadlinePool:
             self._wake_r = self._wake_w = -1
         for fd in fds:
             os.close(fd)
+
+
+_SHARED: dict[tuple, DeadlinePool] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_pool(workers: int, initializer: Callable[..., Any] | str | None, *,
+                memory_limit_mb: int | None = None) -> DeadlinePool:
+    """The process-wide pool for (size, initializer, memory limit), created on first use.
+
+    Rewards call this on every batch: workers start once and stay warm. ``workers <= 0``:
+    the CPUs this process may use, clamped to 2..8 -- at least two, so that one sample stuck
+    until its time limit never holds up the rest of a batch.
+    """
+    if workers <= 0:
+        workers = max(2, min(8, _default_processes()))
+    key = (workers, initializer, memory_limit_mb)
+    with _SHARED_LOCK:
+        pool = _SHARED.get(key)
+        if pool is None:
+            pool = _SHARED[key] = DeadlinePool(workers, initializer=initializer, memory_limit_mb=memory_limit_mb)
+        return pool

@@ -66,14 +66,20 @@ def rows(out_dir):
     return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def test_two_steps_hf_sampler(tmp_path, tiny_model, test_plugin):
-    recipe, env = make_run(tmp_path, tiny_model, test_plugin)
-    out = tmp_path / "run"
+def train_two_steps(recipe, out, env) -> list[dict]:
+    """`rlvr train` a 2-step recipe; it must succeed and log one row with every key per step."""
     done = subprocess.run([RLVR, "train", recipe, "--output-dir", out], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = rows(out)
     assert [r["step"] for r in metrics] == [0, 1]
     assert METRIC_KEYS <= set(metrics[0])
+    return metrics
+
+
+def test_two_steps_hf_sampler(tmp_path, tiny_model, test_plugin):
+    recipe, env = make_run(tmp_path, tiny_model, test_plugin)
+    out = tmp_path / "run"
+    metrics = train_two_steps(recipe, out, env)
     assert metrics[0]["grad_norm"] > 0 and metrics[0]["kl"] >= 0
     assert (out / "final" / "config.json").exists() and (out / "curves.png").exists()
     # the trained weights differ from the initial ones
@@ -130,11 +136,7 @@ def test_vllm_weight_sync_matches_trainer(tmp_path, tiny_model):
 def test_two_steps_vllm_sampler(tmp_path, tiny_model, test_plugin):
     recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm")
     out = tmp_path / "run"
-    done = subprocess.run([RLVR, "train", recipe, "--output-dir", out], env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    metrics = rows(out)
-    assert [r["step"] for r in metrics] == [0, 1]
-    assert METRIC_KEYS <= set(metrics[0])
+    metrics = train_two_steps(recipe, out, env)
     assert all(r["time_sync"] > 0 for r in metrics)
 
 

@@ -423,27 +423,11 @@ def _parse_entry(raw: Any) -> tuple[str, dict, dict] | str:
     return name, config, entry
 
 
-_POOLS: dict[int, Any] = {}
-_POOLS_LOCK = threading.Lock()
-
-
 def _pool(workers: int):
     """The shared checker pool of that size (0: the CPU count clamped to 2..8)."""
-    if workers <= 0:
-        try:
-            cpus = len(os.sched_getaffinity(0))
-        except AttributeError:
-            cpus = os.cpu_count() or 1
-        workers = max(2, min(8, cpus))
-    with _POOLS_LOCK:
-        pool = _POOLS.get(workers)
-        if pool is None:
-            from rlvr.workers import DeadlinePool
+    from rlvr.workers import shared_pool
 
-            pool = _POOLS[workers] = DeadlinePool(
-                workers, initializer="rlvr_reasoning_gym:_init_worker", memory_limit_mb=2048
-            )
-        return pool
+    return shared_pool(workers, "rlvr_reasoning_gym:_init_worker", memory_limit_mb=2048)
 
 
 def reasoning_gym_reward(
