@@ -177,6 +177,7 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
     import deepspeed
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from .forward import completion_logits
     from .losses import aggregate, entropy_from_logits, kl_estimate, policy_loss, token_logprobs
     from .sampling import HFSampler, VLLMSampler, hf_state_for_sync
 
@@ -198,6 +199,9 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
     bf16 = recipe.model.dtype == "bfloat16" or (recipe.model.dtype == "auto" and cuda and torch.cuda.is_bf16_supported())
     fp16 = recipe.model.dtype == "float16"
     tokenizer = AutoTokenizer.from_pretrained(model_path)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    # Gradient checkpointing makes transformers drop the key/value cache that prompt sharing needs.
+    share_prompts = recipe.trainer.share_prompts and not recipe.model.gradient_checkpointing
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     model.config.use_cache = False
     if recipe.model.gradient_checkpointing:
@@ -339,7 +343,7 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
         # ---- sample: every rank takes its share of this step's prompts
         chosen = stream.take(recipe.prompts_per_step)
         mine = chosen[rank * prompts_per_rank : (rank + 1) * prompts_per_rank]
-        groups, batch_rows, rounds = [], [], 0
+        groups, rounds = [], 0
         t_gen = t_score = 0.0
         rewards_all: list[float | None] = []
         per_reward: dict[str, list] = {}
@@ -385,33 +389,29 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
             pen = shortest_correct_penalty(lengths, correct, k, algo.length_penalty.weight)
             rewards_for_adv = [None if r is None else r + p for r, p in zip(rewards_for_adv, pen)]
 
-        # Micro-batches of similar lengths waste less compute on padding; the loss normalisers
-        # are global, so grouping changes no gradient. Fixed order: old log-probs are keyed by it.
-        by_length = sorted(range(n_seq), key=lambda i: (len(seq_prompts[i]) + len(completions[i].token_ids), i))
+        # Micro-batch order. Loss normalisers are global, so the order changes no gradient; it is
+        # fixed for the step because old log-probs are keyed by it. With shared prompts, whole
+        # groups stay together (each prompt then runs once per micro-batch) and groups of similar
+        # length sit side by side; without, sequences are sorted by length (least padding).
+        seq_len = [len(seq_prompts[i]) + len(completions[i].token_ids) for i in range(n_seq)]
+        if share_prompts:
+            group_len = [max(seq_len[g * k : (g + 1) * k]) for g in range(n_seq // k)]
+            order = sorted(range(n_seq), key=lambda i: (group_len[i // k], i // k, seq_len[i], i))
+        else:
+            order = sorted(range(n_seq), key=lambda i: (seq_len[i], i))
 
         def micro_batches():
             for start in range(0, n_seq, t.micro_batch_size):
-                yield by_length[start : start + t.micro_batch_size]
+                yield order[start : start + t.micro_batch_size]
 
         def forward(module, idx, want_entropy=False):
-            pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-            p_len = max(len(seq_prompts[i]) for i in idx)
-            c_len = max(max(len(completions[i].token_ids) for i in idx), 1)
-            ids, attn, resp_mask = [], [], []
-            for i in idx:
-                p, c = seq_prompts[i], completions[i].token_ids
-                ids.append([pad] * (p_len - len(p)) + p + c + [pad] * (c_len - len(c)))
-                attn.append([0] * (p_len - len(p)) + [1] * (len(p) + len(c)) + [0] * (c_len - len(c)))
-                resp_mask.append([1] * len(c) + [0] * (c_len - len(c)))
-            ids_t = torch.tensor(ids, device=device)
-            attn_t = torch.tensor(attn, device=device)
-            pos = (attn_t.cumsum(-1) - 1).clamp(min=0)
-            out = module(input_ids=ids_t, attention_mask=attn_t, position_ids=pos, logits_to_keep=c_len + 1)
-            logits = out.logits[:, :-1, :]
-            targets = ids_t[:, p_len:]
+            logits, targets, resp_mask = completion_logits(
+                module, [seq_prompts[i] for i in idx], [completions[i].token_ids for i in idx],
+                pad_id=pad_id, device=device, share_prompts=share_prompts,
+            )
             logp = token_logprobs(logits, targets)
             ent = entropy_from_logits(logits.detach()) if want_entropy else None
-            return logp, torch.tensor(resp_mask, device=device, dtype=torch.float32), ent
+            return logp, resp_mask.float(), ent
 
         # ---- old and reference log-probs (no grad)
         t_train0 = time.perf_counter()

@@ -114,6 +114,9 @@ class TrainerConfig(Strict):
     steps: int = Field(default=100, ge=1)
     rollout_batch_size: int = Field(default=32, ge=1, description="completions per step")
     micro_batch_size: int = Field(default=8, ge=1, description="sequences per forward/backward")
+    # Run each distinct prompt once per micro-batch and its K completions on its cached keys and
+    # values: same loss and gradient, fewer tokens. Off under gradient checkpointing.
+    share_prompts: bool = True
     lr: float = Field(default=1e-6, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
     warmup_steps: int = Field(default=0, ge=0)

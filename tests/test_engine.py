@@ -66,9 +66,10 @@ def rows(out_dir):
     return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def train_two_steps(recipe, out, env) -> list[dict]:
+def train_two_steps(recipe, out, env, *sets: str) -> list[dict]:
     """`rlvr train` a 2-step recipe; it must succeed and log one row with every key per step."""
-    done = subprocess.run([RLVR, "train", recipe, "--output-dir", out], env=env, capture_output=True, text=True, timeout=600)
+    cmd = [RLVR, "train", recipe, "--output-dir", out] + [arg for kv in sets for arg in ("--set", kv)]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = rows(out)
     assert [r["step"] for r in metrics] == [0, 1]
@@ -89,6 +90,18 @@ def test_two_steps_hf_sampler(tmp_path, tiny_model, test_plugin):
     before = load_file(str(Path(tiny_model) / "model.safetensors"))
     after = load_file(str(out / "final" / "model.safetensors"))
     assert any(not torch.equal(before[k].float(), after[k].float()) for k in before)
+
+
+def test_lora_with_gradient_checkpointing(tmp_path, tiny_model, test_plugin):
+    """LoRA adapters train, the KL reference is the adapter-free base, and gradient
+    checkpointing turns prompt sharing off (full-sequence forward passes)."""
+    recipe, env = make_run(tmp_path, tiny_model, test_plugin)
+    out = tmp_path / "run"
+    metrics = train_two_steps(recipe, out, env, "model.lora={r: 4, alpha: 8}", "model.gradient_checkpointing=true")
+    assert metrics[0]["grad_norm"] > 0
+    # step 0's policy is the base model itself, so its KL to the base is zero; step 1's is not
+    assert metrics[0]["kl"] == pytest.approx(0.0, abs=1e-6) and metrics[1]["kl"] > 0
+    assert (out / "final" / "config.json").exists()
 
 
 def test_existing_run_needs_resume(tmp_path, tiny_model, test_plugin):

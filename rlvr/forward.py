@@ -1,0 +1,84 @@
+"""Policy forward passes over (prompt, completion) pairs, returning logits for the completion tokens.
+
+RLOO samples K completions per prompt, so a micro-batch holds the same prompt several times.
+``completion_logits(..., share_prompts=True)`` runs each distinct prompt through the model once,
+keeps its key/value cache (with autograd), copies the cache rows to every completion of that
+prompt, and runs only the completion tokens on top. The logits, and so the loss and its
+gradient, are the same as running every sequence in full (up to float rounding; tested), at a
+fraction of the prompt tokens' cost: with K=8, 34-token prompts and ~40-token completions
+that is ~40% fewer tokens through the model.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+
+def _left_pad(rows: Sequence[Sequence[int]], pad: int):
+    import torch
+
+    width = max(len(r) for r in rows)
+    ids = [[pad] * (width - len(r)) + list(r) for r in rows]
+    mask = [[0] * (width - len(r)) + [1] * len(r) for r in rows]
+    return torch.tensor(ids), torch.tensor(mask)
+
+
+def _right_pad(rows: Sequence[Sequence[int]], pad: int, width: int):
+    import torch
+
+    ids = [list(r) + [pad] * (width - len(r)) for r in rows]
+    mask = [[1] * len(r) + [0] * (width - len(r)) for r in rows]
+    return torch.tensor(ids), torch.tensor(mask)
+
+
+def completion_logits(
+    module,
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    *,
+    pad_id: int,
+    device,
+    share_prompts: bool = True,
+):
+    """Logits ``[B, C, V]`` whose row ``b``, position ``t`` predicts ``completions[b][t]``, plus
+    the completion token ids ``[B, C]`` and a 0/1 mask ``[B, C]`` (C = longest completion).
+
+    Prompts are left-padded, completions right-padded, positions count real tokens only, so a
+    sequence's logits do not depend on what else is in the batch.
+    """
+    import torch
+
+    width = max(max(len(c) for c in completions), 1)
+    comp_ids, comp_mask = _right_pad(completions, pad_id, width)
+    comp_ids, comp_mask = comp_ids.to(device), comp_mask.to(device)
+    if not share_prompts:
+        p_ids, p_mask = _left_pad(prompts, pad_id)
+        p_ids, p_mask = p_ids.to(device), p_mask.to(device)
+        ids = torch.cat([p_ids, comp_ids], 1)
+        attn = torch.cat([p_mask, comp_mask], 1)
+        pos = (attn.cumsum(-1) - 1).clamp(min=0)
+        out = module(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=width + 1)
+        return out.logits[:, :-1, :], comp_ids, comp_mask
+
+    # Distinct prompts, in order of first appearance; row b of the batch uses prompt owner[b].
+    first: dict[tuple[int, ...], int] = {}
+    owner = [first.setdefault(tuple(p), len(first)) for p in prompts]
+    unique = list(first)
+    p_ids, p_mask = _left_pad(unique, pad_id)
+    p_ids, p_mask = p_ids.to(device), p_mask.to(device)
+    p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)
+    out = module(input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, use_cache=True, logits_to_keep=1)
+    select = torch.tensor(owner, device=device)
+    first_logits = out.logits[:, -1:, :].index_select(0, select)  # predicts completion token 0
+    if width == 1:
+        return first_logits, comp_ids, comp_mask
+    cache = out.past_key_values
+    cache.reorder_cache(select)  # index_select on every layer's keys/values: gradients flow back
+    # Feed completion tokens 0..C-2; their logits predict tokens 1..C-1.
+    attn = torch.cat([p_mask.index_select(0, select), comp_mask], 1)[:, :-1]
+    lengths = p_mask.sum(-1).index_select(0, select)
+    pos = lengths.unsqueeze(1) + torch.arange(width - 1, device=device).unsqueeze(0)
+    out = module(
+        input_ids=comp_ids[:, :-1], attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True
+    )
+    return torch.cat([first_logits, out.logits], 1), comp_ids, comp_mask

@@ -1,0 +1,65 @@
+"""Prompt-shared forward passes give the logits and gradients of full-sequence passes."""
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+def _model(arch: str):
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    common = dict(vocab_size=97, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)
+    torch.manual_seed(0)
+    if arch == "qwen2":
+        return Qwen2ForCausalLM(Qwen2Config(**common)).float()
+    return LlamaForCausalLM(LlamaConfig(tie_word_embeddings=True, **common)).float()
+
+
+# Three prompts of different lengths, each with several completions of different lengths,
+# interleaved so that groups are not contiguous; one completion is a single token.
+PROMPTS = [[5, 6, 7], [8, 9, 10, 11, 12, 13], [5, 6, 7], [14, 15], [8, 9, 10, 11, 12, 13], [5, 6, 7], [14, 15]]
+COMPLETIONS = [[20, 21, 22, 23], [30], [24, 25], [40, 41, 42, 43, 44, 45], [31, 32, 33], [26], [46, 47]]
+
+
+def _logprobs(model, share, prompts=PROMPTS, completions=COMPLETIONS):
+    from rlvr.forward import completion_logits
+    from rlvr.losses import token_logprobs
+
+    logits, ids, mask = completion_logits(model, prompts, completions, pad_id=0, device="cpu", share_prompts=share)
+    return token_logprobs(logits, ids) * mask, mask
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_shared_prompt_forward_matches_full_forward(arch):
+    model = _model(arch)
+    plain, mask_a = _logprobs(model, share=False)
+    shared, mask_b = _logprobs(model, share=True)
+    assert torch.equal(mask_a, mask_b)
+    assert mask_a.sum() == sum(len(c) for c in COMPLETIONS)
+    assert torch.allclose(plain, shared, atol=1e-5), (plain - shared).abs().max()
+    # and each row equals that sequence run alone, with no padding at all
+    for b, (p, c) in enumerate(zip(PROMPTS, COMPLETIONS)):
+        alone, _ = _logprobs(model, share=False, prompts=[p], completions=[c])
+        assert torch.allclose(alone[0], plain[b, : len(c)], atol=1e-5)
+
+
+def test_shared_prompt_forward_gives_the_same_gradient():
+    grads = []
+    for share in (False, True):
+        model = _model("llama")
+        logp, mask = _logprobs(model, share=share)
+        weights = torch.linspace(-1.0, 2.0, logp.shape[0]).unsqueeze(1)  # stand-in advantages
+        (logp * weights * mask).sum().backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()})
+    for name, g in grads[0].items():
+        assert g.abs().sum() > 0, name
+        assert torch.allclose(g, grads[1][name], atol=1e-5, rtol=1e-4), name
+
+
+def test_all_single_token_completions():
+    model = _model("llama")
+    plain, _ = _logprobs(model, False, PROMPTS[:3], [[1], [2], [3]])
+    shared, _ = _logprobs(model, True, PROMPTS[:3], [[1], [2], [3]])
+    assert plain.shape == (3, 1)
+    assert torch.allclose(plain, shared, atol=1e-5)
