@@ -59,6 +59,7 @@ def mbpp(split: str, *, data_dir: Path) -> Iterator[dict]:
             "code": row["code"],
             "test_list": list(row["test_list"]),
             "test_setup_code": row.get("test_setup_code", ""),
+            "tests": "\n".join(row["test_list"]),  # for prompts: one assert per line
         }
 
 
@@ -115,5 +116,5 @@ def rlvr_register_tasks(register):
     register("gsm8k", gsm8k, columns=["id", "question", "answer"])
     register("math", math_task, columns=["id", "problem", "solution", "answer", "subject", "level"])
     register("humaneval", humaneval, columns=["task_id", "prompt", "canonical_solution", "test", "entry_point"], splits=["test"])
-    register("mbpp", mbpp, columns=["task_id", "text", "code", "test_list", "test_setup_code"], splits=["train", "validation", "test", "prompt"])
+    register("mbpp", mbpp, columns=["task_id", "text", "code", "test_list", "test_setup_code", "tests"], splits=["train", "validation", "test", "prompt"])
     register("arithmetic", arithmetic, columns=["id", "question", "answer"])

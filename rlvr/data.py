@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import socket
 from pathlib import Path
+from urllib.parse import urlparse
 from typing import Iterator
 
 from . import RlvrError
@@ -26,10 +29,35 @@ def read_jsonl(path: str | Path) -> Iterator[dict]:
             yield row
 
 
+def hub_reachable(timeout: float = 3.0) -> bool:
+    """Can we open a TCP connection to the hub? True when a proxy is configured (we cannot tell)."""
+    if any(os.environ.get(v) for v in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")):
+        return True
+    url = urlparse(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        socket.create_connection((url.hostname, url.port or (80 if url.scheme == "http" else 443)), timeout).close()
+    except OSError:
+        return False
+    return True
+
+
+def _go_offline() -> None:
+    """Cache-only hub access from now on (what HF_HUB_OFFLINE=1 does at start-up)."""
+    import datasets
+    import huggingface_hub.constants
+
+    datasets.config.HF_HUB_OFFLINE = True
+    huggingface_hub.constants.HF_HUB_OFFLINE = True
+
+
 def local_or_hub(
     local: Path, hub_id: str, split: str, config: str | None = None
 ) -> Iterator[dict]:
-    """Rows from ``local`` when it exists, else from the hub (needs network or a warm HF cache)."""
+    """Rows from ``local`` when it exists, else from the hub (needs network or a warm HF cache).
+
+    With no route to the hub, the hub's cache is still tried, but without the ~25 s of retries
+    the datasets library would spend before giving up.
+    """
     if local.exists():
         yield from read_jsonl(local)
         return
@@ -37,11 +65,15 @@ def local_or_hub(
         import datasets
     except ImportError as exc:  # pragma: no cover - datasets is a core dependency
         raise RlvrError(f"{local} not found and the datasets package is missing") from exc
+    offline = datasets.config.HF_HUB_OFFLINE or not hub_reachable()
+    if offline:
+        _go_offline()
     try:
         ds = datasets.load_dataset(hub_id, config, split=split)
     except Exception as exc:
+        why = "the hub is unreachable and it is not in the hub cache" if offline else f"loading it from the hub failed ({type(exc).__name__})"
         raise RlvrError(
-            f"no local copy at {local} and loading {hub_id!r} split {split!r} from the hub failed "
-            f"({type(exc).__name__}); set RLVR_DATA_DIR to a folder holding the data offline"
+            f"no local copy at {local}, and {hub_id!r} split {split!r}: {why}; "
+            "set RLVR_DATA_DIR to a folder holding the data offline"
         ) from None
     yield from ds

@@ -177,8 +177,8 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
     import deepspeed
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from .forward import completion_logits
-    from .losses import aggregate, entropy_from_logits, kl_estimate, policy_loss, token_logprobs
+    from .forward import completion_logits, plan_micro_batches
+    from .losses import aggregate, kl_estimate, policy_loss, token_logprobs_and_entropy
     from .sampling import HFSampler, VLLMSampler, hf_state_for_sync
 
     logging.basicConfig(level=logging.INFO if rank == 0 else logging.WARNING, format="%(message)s")
@@ -389,28 +389,19 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
             pen = shortest_correct_penalty(lengths, correct, k, algo.length_penalty.weight)
             rewards_for_adv = [None if r is None else r + p for r, p in zip(rewards_for_adv, pen)]
 
-        # Micro-batch order. Loss normalisers are global, so the order changes no gradient; it is
-        # fixed for the step because old log-probs are keyed by it. With shared prompts, whole
-        # groups stay together (each prompt then runs once per micro-batch) and groups of similar
-        # length sit side by side; without, sequences are sorted by length (least padding).
-        seq_len = [len(seq_prompts[i]) + len(completions[i].token_ids) for i in range(n_seq)]
-        if share_prompts:
-            group_len = [max(seq_len[g * k : (g + 1) * k]) for g in range(n_seq // k)]
-            order = sorted(range(n_seq), key=lambda i: (group_len[i // k], i // k, seq_len[i], i))
-        else:
-            order = sorted(range(n_seq), key=lambda i: (seq_len[i], i))
+        # Loss normalisers are global, so the micro-batch plan changes no gradient; it is fixed
+        # for the step because old and reference log-probs are keyed by it.
+        plan = plan_micro_batches([len(p) for p in seq_prompts], lengths, k, t.micro_batch_size, share_prompts)
 
         def micro_batches():
-            for start in range(0, n_seq, t.micro_batch_size):
-                yield order[start : start + t.micro_batch_size]
+            yield from plan
 
         def forward(module, idx, want_entropy=False):
             logits, targets, resp_mask = completion_logits(
                 module, [seq_prompts[i] for i in idx], [completions[i].token_ids for i in idx],
                 pad_id=pad_id, device=device, share_prompts=share_prompts,
             )
-            logp = token_logprobs(logits, targets)
-            ent = entropy_from_logits(logits.detach()) if want_entropy else None
+            logp, ent = token_logprobs_and_entropy(logits, targets, want_entropy)
             return logp, resp_mask.float(), ent
 
         # ---- old and reference log-probs (no grad)

@@ -14,6 +14,38 @@ from __future__ import annotations
 from typing import Sequence
 
 
+def plan_micro_batches(
+    prompt_lens: Sequence[int], completion_lens: Sequence[int], group_size: int, micro: int, share_prompts: bool
+) -> list[list[int]]:
+    """Split sequences ``0..n-1`` (consecutive runs of ``group_size`` share a prompt) into
+    micro-batches of at most ``micro``, ordered to put the fewest tokens through the model.
+
+    Without prompt sharing a micro-batch costs ``B * (longest prompt + longest completion)``,
+    so sorting by length is best. With sharing it costs ``U * longest prompt + B * longest
+    completion`` (U distinct prompts): keeping groups together minimises U, sorting by
+    length minimises completion padding; we take whichever of the two costs less.
+    """
+    n = len(prompt_lens)
+    total = [prompt_lens[i] + completion_lens[i] for i in range(n)]
+    by_length = sorted(range(n), key=lambda i: (total[i], i))
+    if not share_prompts:
+        return [by_length[a : a + micro] for a in range(0, n, micro)]
+    groups = range(-(-n // group_size))
+    group_len = [max(total[g * group_size : (g + 1) * group_size]) for g in groups]
+    by_group = sorted(range(n), key=lambda i: (group_len[i // group_size], i // group_size, total[i], i))
+
+    def cost(order: list[int]) -> int:
+        out = 0
+        for a in range(0, n, micro):
+            chunk = order[a : a + micro]
+            distinct = len({i // group_size for i in chunk})
+            out += distinct * max(prompt_lens[i] for i in chunk) + len(chunk) * max(completion_lens[i] for i in chunk)
+        return out
+
+    best = min((by_group, by_length), key=cost)  # ties: groups together
+    return [best[a : a + micro] for a in range(0, n, micro)]
+
+
 def _left_pad(rows: Sequence[Sequence[int]], pad: int):
     import torch
 

@@ -22,6 +22,18 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     return -(logp.exp() * logp).sum(-1)
 
 
+def token_logprobs_and_entropy(logits: torch.Tensor, tokens: torch.Tensor, want_entropy: bool = True):
+    """``token_logprobs`` and (when asked, without gradient) ``entropy_from_logits`` from one
+    log-softmax over the vocabulary instead of two."""
+    logp_all = F.log_softmax(logits.float(), dim=-1)
+    logp = torch.gather(logp_all, -1, tokens.unsqueeze(-1)).squeeze(-1)
+    if not want_entropy:
+        return logp, None
+    with torch.no_grad():
+        ent = -(logp_all.exp() * logp_all).sum(-1)
+    return logp, ent
+
+
 def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
     """Per-token estimate of KL(pi || ref) from samples of pi (Schulman's k1, k2, k3).
 

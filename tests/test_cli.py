@@ -39,6 +39,25 @@ def test_validate_reads_local_data(rlvr_cmd):
     assert out.returncode == 0, out.stderr
 
 
+# No route to the hub: a closed local port stands in for it, whatever network CI has.
+NO_HUB = {"HF_ENDPOINT": "http://127.0.0.1:9", "HTTPS_PROXY": "", "https_proxy": "", "ALL_PROXY": "", "all_proxy": ""}
+
+
+def test_cpu_profiles_train_on_local_or_generated_data_only(rlvr_cmd):
+    """The three recipes' CPU variants read nothing from the hub (train and eval splits)."""
+    recipes = [ROOT / f"tasks/{name}.yaml" for name in ("gsm8k", "math", "humaneval")]
+    out = rlvr_cmd("validate", "--data", "--profile", "cpu", *recipes, env=NO_HUB)
+    assert out.returncode == 0, out.stderr
+    assert "math.yaml: ok (gsm8k" in out.stdout and "humaneval.yaml: ok (pyfunc" in out.stdout
+
+
+def test_hub_only_data_fails_at_once_when_the_hub_is_unreachable(rlvr_cmd, tmp_path):
+    out = rlvr_cmd("validate", "--data", ROOT / "tasks/humaneval.yaml", env={**NO_HUB, "HF_HOME": str(tmp_path)})
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "hub is unreachable" in lines[0] and "RLVR_DATA_DIR" in lines[0]
+
+
 @pytest.mark.parametrize(
     "args, message",
     [

@@ -63,3 +63,49 @@ def test_all_single_token_completions():
     shared, _ = _logprobs(model, True, PROMPTS[:3], [[1], [2], [3]])
     assert plain.shape == (3, 1)
     assert torch.allclose(plain, shared, atol=1e-5)
+
+
+def test_logprobs_and_entropy_from_one_softmax():
+    from rlvr.losses import entropy_from_logits, token_logprobs, token_logprobs_and_entropy
+
+    torch.manual_seed(1)
+    logits = torch.randn(3, 5, 11, requires_grad=True)
+    tokens = torch.randint(0, 11, (3, 5))
+    logp, ent = token_logprobs_and_entropy(logits, tokens)
+    assert torch.allclose(logp, token_logprobs(logits, tokens))
+    assert torch.allclose(ent, entropy_from_logits(logits))
+    assert not ent.requires_grad and logp.requires_grad
+    assert token_logprobs_and_entropy(logits, tokens, want_entropy=False)[1] is None
+    # uniform logits: entropy log(V)
+    flat = token_logprobs_and_entropy(torch.zeros(1, 1, 11), torch.zeros(1, 1, dtype=torch.long))[1]
+    assert flat.item() == pytest.approx(torch.log(torch.tensor(11.0)).item())
+
+
+def _check_plan(plan, n, micro):
+    flat = [i for mb in plan for i in mb]
+    assert sorted(flat) == list(range(n)) and all(0 < len(mb) <= micro for mb in plan)
+
+
+def test_plan_keeps_groups_together_when_prompts_dominate():
+    from rlvr.forward import plan_micro_batches
+
+    # 4 groups of 4; long prompts, short completions of varied length
+    prompts = [200 + g for g in range(4) for _ in range(4)]
+    comps = [1, 9, 2, 8, 3, 7, 4, 6, 5, 5, 6, 4, 7, 3, 8, 2]
+    plan = plan_micro_batches(prompts, comps, group_size=4, micro=4, share_prompts=True)
+    _check_plan(plan, 16, 4)
+    assert all(len({i // 4 for i in mb}) == 1 for mb in plan)  # one prompt per micro-batch
+
+
+def test_plan_sorts_by_length_when_completion_padding_dominates():
+    from rlvr.forward import plan_micro_batches
+
+    # short prompts; in every group half the completions are short and half are long
+    prompts = [3] * 16
+    comps = [10, 500, 12, 510] * 4
+    for share in (True, False):
+        plan = plan_micro_batches(prompts, comps, group_size=4, micro=8, share_prompts=share)
+        _check_plan(plan, 16, 8)
+        assert max(comps[i] for i in plan[0]) == 12  # all the short ones together
+    # uneven tail: 10 sequences in micro-batches of 4
+    _check_plan(plan_micro_batches([5] * 10, list(range(10)), 5, 4, True), 10, 4)

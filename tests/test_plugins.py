@@ -110,6 +110,7 @@ def test_builtins_come_from_entry_points():
         assert registry.reward(name).version.startswith("rlvr ")
     for name in ("gsm8k", "math", "humaneval", "arithmetic"):
         assert registry.task(name).plugin == "tasks"
+    assert registry.task("pyfunc").plugin == "pyfunc"
 
 
 def test_allow_list_env(monkeypatch):
