@@ -184,3 +184,20 @@ def test_kill_9_then_resume_keeps_one_row_per_step(tmp_path, tiny_model, test_pl
     done = subprocess.run([RLVR, "train", recipe, "--output-dir", out, "--resume"], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert [r["step"] for r in rows(out)] == [0, 1, 2, 3, 4]
+
+
+@pytest.mark.parametrize("name", ["gsm8k", "math", "humaneval"])
+def test_shipped_recipes_cpu_profile_train_offline(tmp_path, tiny_model, name):
+    """Each shipped recipe's CPU variant trains a step from local or generated data, with its
+    real rewards (math-verify workers, the code sandbox); only the model is shrunk."""
+    out = tmp_path / "run"
+    sets = [f"model.name={tiny_model}", "sampling.backend=hf", "sampling.max_tokens=8",
+            "trainer.rollout_batch_size=8", "trainer.micro_batch_size=4", "trainer.save_every=1"]
+    cmd = [RLVR, "train", Path(__file__).resolve().parents[1] / f"tasks/{name}.yaml", "--profile", "cpu",
+           "--max-steps", "1", "--output-dir", out] + [a for kv in sets for a in ("--set", kv)]
+    env = {**os.environ, "HF_ENDPOINT": "http://127.0.0.1:9", "HTTPS_PROXY": "", "https_proxy": ""}
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (row,) = rows(out)
+    assert row["step"] == 0 and row["reward_errors"] == 0
+    assert row["unscorable"] < 8  # the rewards really scored the samples
