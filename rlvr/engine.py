@@ -222,7 +222,7 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
     per_rank = t.rollout_batch_size // world
     grad_accum = per_rank // t.micro_batch_size
     # On one rank ZeRO partitions nothing: without offload, stage 0 does the same maths without
-    # ZeRO's gradient-bucket copies (measured: 2-4 s less a step for SmolLM2 on CPU).
+    # ZeRO's gradient-bucket copies (and 0.7 GiB less memory in benchmarks/bench_trl.py).
     zero_stage = t.zero_stage if world > 1 or t.offload_optimizer or t.offload_params else 0
     if zero_stage != t.zero_stage:
         log.info("one rank, no offload: running DeepSpeed ZeRO stage 0 (trainer.zero_stage %d partitions nothing)", t.zero_stage)
