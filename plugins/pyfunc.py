@@ -25,6 +25,11 @@ _WORDS = ("apple banana cherry delta echo kiwi lemon mango night ocean piano que
           "umbra violet water xenon yellow zebra Alpha Bravo data Code level noon radar").split()
 
 
+def _ordinal(n: int) -> str:
+    suffix = "th" if n % 100 in (11, 12, 13) else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
 def _ints(rng: random.Random) -> list[int]:
     return [rng.randint(-20, 20) for _ in range(rng.randint(0, 8))]
 
@@ -84,9 +89,9 @@ TEMPLATES = [
     Template("repeat_join", "Write a function repeat_join(s) that returns the string s repeated {n} times, with '{sep}' between the copies.",
              "def repeat_join(s):\n    return '{sep}'.join([s] * {n})\n",
              lambda r: {"n": r.randint(2, 4), "sep": r.choice(["-", ", ", "+", "|", " "])}, lambda r: (_word(r),)),
-    Template("every_kth", "Write a function every_kth(xs) that returns the list of every {k}th element of xs, starting with the element at index {start}.",
+    Template("every_kth", "Write a function every_kth(xs) that returns the list of every {kth} element of xs, starting with the element at index {start}.",
              "def every_kth(xs):\n    return xs[{start}::{k}]\n",
-             lambda r: {"k": r.randint(2, 4), "start": r.randint(0, 2)}, lambda r: (_ints(r),)),
+             lambda r: (lambda k: {"k": k, "kth": _ordinal(k), "start": r.randint(0, 2)})(r.randint(2, 4)), lambda r: (_ints(r),)),
     Template("rotate_left", "Write a function rotate_left(xs) that returns the list xs rotated left by {k} positions (wrapping around; an empty list stays empty).",
              "def rotate_left(xs):\n    if not xs:\n        return []\n    k = {k} % len(xs)\n    return xs[k:] + xs[:k]\n",
              lambda r: {"k": r.randint(1, 5)}, lambda r: (_ints(r),)),
@@ -112,9 +117,9 @@ TEMPLATES = [
     Template("mask_vowels", "Write a function mask_vowels(s) that returns s with every vowel (a, e, i, o, u, either case) replaced by '{c}'.",
              "def mask_vowels(s):\n    return ''.join('{c}' if ch in 'aeiouAEIOU' else ch for ch in s)\n",
              lambda r: {"c": r.choice("*#_?")}, lambda r: (_text(r),)),
-    Template("kth_largest", "Write a function kth_largest(xs) that returns the {k}th largest distinct value in the list xs, or None when xs has fewer than {k} distinct values.",
+    Template("kth_largest", "Write a function kth_largest(xs) that returns the {kth} largest distinct value in the list xs, or None when xs has fewer than {k} distinct values.",
              "def kth_largest(xs):\n    values = sorted(set(xs), reverse=True)\n    return values[{k} - 1] if len(values) >= {k} else None\n",
-             lambda r: {"k": r.randint(1, 3)}, lambda r: (_ints(r),)),
+             lambda r: (lambda k: {"k": k, "kth": _ordinal(k)})(r.randint(1, 3)), lambda r: (_ints(r),)),
     Template("chunk_sums", "Write a function chunk_sums(xs) that splits the list xs into consecutive chunks of {k} elements (the last chunk may be shorter) and returns the list of the chunks' sums.",
              "def chunk_sums(xs):\n    return [sum(xs[i:i + {k}]) for i in range(0, len(xs), {k})]\n",
              lambda r: {"k": r.randint(2, 4)}, lambda r: (_ints(r),)),

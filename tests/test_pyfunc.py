@@ -64,6 +64,13 @@ def test_split_is_held_out_and_deterministic():
     assert list(pyfunc("test", data_dir=HERE, size=20)) == test_rows[:20]
 
 
+def test_statements_read_as_english():
+    texts = [p["text"] for p in one_problem_per_template()] + [r["text"] for r in pyfunc("train", data_dir=HERE, size=300)]
+    import re
+
+    assert not [t for t in texts if re.search(r"\b(1th|2th|3th|11st|12nd|13rd)\b", t)]
+
+
 def test_bad_split_and_options():
     with pytest.raises(RlvrError, match="splits train and test"):
         next(pyfunc("validation", data_dir=HERE))
