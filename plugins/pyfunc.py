@@ -8,18 +8,19 @@ reward runs them in the sandbox exactly as it runs MBPP.
 
 Use it to train code models where no hub is reachable (the HumanEval recipe's CPU profile
 does), or as a warm-up before MBPP. Each problem (template + constants) belongs to one split by
-a hash of its text, one in five to test, so no test problem is ever trained on.
+a hash of its text, one in five to test (``tasks.held_out_draws``, as for ``arithmetic``).
 """
 
 from __future__ import annotations
 
 import random
-import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from rlvr import RlvrError, hookimpl
+
+from .tasks import held_out_draws
 
 _WORDS = ("apple banana cherry delta echo kiwi lemon mango night ocean piano queen river solar tiger "
           "umbra violet water xenon yellow zebra Alpha Bravo data Code level noon radar").split()
@@ -185,10 +186,6 @@ def make_problem(template: Template, consts: dict[str, Any], rng: random.Random,
     return {"text": text, "code": code, "test_list": tests, "test_setup_code": "", "tests": "\n".join(tests)}
 
 
-def _in_test(text: str) -> bool:
-    return zlib.crc32(text.encode()) % 5 == 0
-
-
 def pyfunc(split: str, *, data_dir: Path, size: int = 2000, seed: int = 0, tests: int = 3) -> Iterator[dict]:
     """Procedural function-writing problems (train may repeat a problem with other tests; test never repeats)."""
     del data_dir  # generated, not read
@@ -196,21 +193,15 @@ def pyfunc(split: str, *, data_dir: Path, size: int = 2000, seed: int = 0, tests
         raise RlvrError(f"task 'pyfunc' has splits train and test, not {split!r}")
     if tests < 1:
         raise RlvrError("task 'pyfunc': tests must be >= 1")
-    want_test = split == "test"
     rng = random.Random(f"pyfunc/{seed}/{split}")
-    seen: set[str] = set()
-    produced = attempts = 0
-    while produced < size and attempts < 200 * size:
-        attempts += 1
+
+    def draw():
         template = rng.choice(TEMPLATES)
         consts = template.consts(rng)
-        text = template.text.format(**consts)
-        if _in_test(text) != want_test or (want_test and text in seen):
-            continue
-        seen.add(text)
-        row = make_problem(template, consts, rng, tests)
-        yield {"task_id": f"pyfunc/{split}/{produced}", **row}
-        produced += 1
+        return template.text.format(**consts), lambda: make_problem(template, consts, rng, tests)
+
+    for i, row in enumerate(held_out_draws(split, size, 200 * size, draw)):
+        yield {"task_id": f"pyfunc/{split}/{i}", **row}
 
 
 @hookimpl

@@ -9,10 +9,12 @@ from __future__ import annotations
 import random
 import zlib
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator, TypeVar
 
 from rlvr import RlvrError, hookimpl
 from rlvr.data import local_or_hub
+
+T = TypeVar("T")
 
 
 def gsm8k(split: str, *, data_dir: Path) -> Iterator[dict]:
@@ -63,11 +65,33 @@ def mbpp(split: str, *, data_dir: Path) -> Iterator[dict]:
         }
 
 
-_TEST_SHARE = 5  # one expression in five belongs to the test split
+_TEST_SHARE = 5  # one generated item in five belongs to the test split
 
 
-def _in_test(expression: str) -> bool:
-    return zlib.crc32(expression.encode()) % _TEST_SHARE == 0
+def _in_test(key: str) -> bool:
+    return zlib.crc32(key.encode()) % _TEST_SHARE == 0
+
+
+def held_out_draws(split: str, size: int, max_attempts: int, draw: Callable[[], tuple[str, Callable[[], T]]]) -> Iterator[T]:
+    """Up to ``size`` items of a generated task's ``split`` ("train" or "test").
+
+    ``draw()`` returns an item's key (its text) and a function that builds the item; only
+    items whose key hashes into ``split`` are built, so no test item is ever trained on. Train
+    may repeat keys; test never does, and stops after ``max_attempts`` draws when the space of
+    keys is smaller than ``size``.
+    """
+    want_test = split == "test"
+    seen: set[str] = set()
+    produced = 0
+    for _ in range(max_attempts):
+        if produced >= size:
+            return
+        key, build = draw()
+        if _in_test(key) != want_test or (want_test and key in seen):
+            continue
+        seen.add(key)
+        yield build()
+        produced += 1
 
 
 def arithmetic(
@@ -93,22 +117,19 @@ def arithmetic(
         raise RlvrError(f"task 'arithmetic': operations must use + - * only, got {operations!r}")
     if max_operand < 1 or terms < 2:
         raise RlvrError("task 'arithmetic': needs max_operand >= 1 and terms >= 2")
-    want_test = split == "test"
     space = (max_operand ** terms) * len(operations) ** (terms - 1)
     rng = random.Random(f"arithmetic/{seed}/{split}")
-    seen: set[str] = set()
-    produced = attempts = 0
-    while produced < size and attempts < 20 * size + 10 * space:
-        attempts += 1
+
+    def draw():
         numbers = [rng.randint(1, max_operand) for _ in range(terms)]
         ops = [rng.choice(operations) for _ in range(terms - 1)]
         expression = str(numbers[0]) + "".join(f" {op} {n}" for op, n in zip(ops, numbers[1:]))
-        if _in_test(expression) != want_test or (want_test and expression in seen):
-            continue
-        seen.add(expression)
-        value = eval(expression, {"__builtins__": {}})  # noqa: S307 - our own digits and + - *
-        yield {"id": f"arithmetic/{split}/{produced}", "question": f"What is {expression}?", "answer": str(value)}
-        produced += 1
+        # eval: our own digits and + - *; only for drawn items of this split
+        return expression, lambda: {"question": f"What is {expression}?",
+                                    "answer": str(eval(expression, {"__builtins__": {}}))}  # noqa: S307
+
+    for i, row in enumerate(held_out_draws(split, size, 20 * size + 10 * space, draw)):
+        yield {"id": f"arithmetic/{split}/{i}", **row}
 
 
 @hookimpl

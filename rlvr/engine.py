@@ -400,9 +400,6 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
         # for the step because old and reference log-probs are keyed by it.
         plan = plan_micro_batches([len(p) for p in seq_prompts], lengths, k, t.micro_batch_size, share_prompts)
 
-        def micro_batches():
-            yield from plan
-
         def forward(module, idx, want_entropy=False):
             logits, targets, resp_mask = completion_logits(
                 module, [seq_prompts[i] for i in idx], [completions[i].token_ids for i in idx],
@@ -415,23 +412,24 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
         t_train0 = time.perf_counter()
         old_logps, ref_logps, kl_seq = {}, {}, [0.0] * n_seq
         need_old = algo.ppo_epochs > 1
+        kl_in_reward = kl_cfg.beta > 0 and kl_cfg.target == "reward"
         with torch.no_grad():
-            for idx in micro_batches():
+            for idx in plan:
+                if need_old or kl_in_reward:
+                    lp, mask, _ = forward(engine, idx)
                 if need_old:
-                    old_logps[idx[0]] = forward(engine, idx)[0]
+                    old_logps[idx[0]] = lp
                 if kl_cfg.beta > 0:
                     if ref_model is None:
                         with engine.module.disable_adapter():
                             ref_logps[idx[0]] = forward(engine, idx)[0]
                     else:
                         ref_logps[idx[0]] = forward(ref_model, idx)[0]
-                    if kl_cfg.target == "reward":
-                        lp = old_logps[idx[0]] if need_old else forward(engine, idx)[0]
+                    if kl_in_reward:
                         kl_tok = kl_estimate(lp, ref_logps[idx[0]], kl_cfg.estimator)
-                        mask = _resp_mask(completions, idx, kl_tok.shape[1], device)
                         for j, i in enumerate(idx):
                             kl_seq[i] = float((kl_tok[j] * mask[j]).sum())
-        if kl_cfg.beta > 0 and kl_cfg.target == "reward":
+        if kl_in_reward:
             rewards_for_adv = [None if r is None else r - kl_cfg.beta * kl for r, kl in zip(rewards_for_adv, kl_seq)]
         advantages, adv_mask, gstats = rloo_advantages(rewards_for_adv, k, algo.normalize_advantages)
         seq_weight = [float(m) for m in adv_mask]
@@ -449,7 +447,7 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
         sums = {"loss": 0.0, "kl": 0.0, "entropy": 0.0, "clip_low": 0.0, "clip_high": 0.0, "tokens": 0.0}
         grad_norm = own_norm = 0.0
         for epoch in range(algo.ppo_epochs):
-            for idx in micro_batches():
+            for idx in plan:
                 logp, resp_mask, ent = forward(engine, idx, want_entropy=epoch == 0)
                 mask = resp_mask * torch.tensor([seq_weight[i] for i in idx], device=device).unsqueeze(-1)
                 old = old_logps[idx[0]] if need_old else logp.detach()
@@ -463,7 +461,7 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
                         sums["kl"] += float((kl_tok.detach() * resp_mask).sum())
                 loss = aggregate(tok_loss, mask, algo.loss_aggregation, num_tokens, num_seqs)
                 engine.backward(loss * scale)
-                if zero_stage == 0 and engine.is_gradient_accumulation_boundary():
+                if zero_stage == 0 and not (bf16 or fp16) and engine.is_gradient_accumulation_boundary():
                     # DeepSpeed reports no norm for plain fp32 stage 0; gradients are whole here
                     own_norm = float(torch.nn.utils.get_total_norm([q.grad for q in params if q.grad is not None]))
                 engine.step()
@@ -553,15 +551,6 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
     dist.barrier()
     sampler.close()  # vLLM's shutdown may tear down the default process group: nothing collective after it
     return summary
-
-
-def _resp_mask(completions, idx, width, device):
-    import torch
-
-    return torch.tensor(
-        [[1.0] * len(completions[i].token_ids) + [0.0] * (width - len(completions[i].token_ids)) for i in idx],
-        device=device,
-    )
 
 
 def _save_checkpoint(engine, ckpt_dir: Path, state: TrainState, rank: int, keep_last: int, dist) -> None:

@@ -11,20 +11,10 @@ import torch
 import torch.nn.functional as F
 
 
-def token_logprobs(logits: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
-    """log p(tokens[t] | ...) from logits aligned with tokens ([B, T, V], [B, T] -> [B, T])."""
-    # log_softmax then gather; float32 for stable sums under bf16 training.
-    return torch.gather(F.log_softmax(logits.float(), dim=-1), -1, tokens.unsqueeze(-1)).squeeze(-1)
-
-
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    logp = F.log_softmax(logits.float(), dim=-1)
-    return -(logp.exp() * logp).sum(-1)
-
-
 def token_logprobs_and_entropy(logits: torch.Tensor, tokens: torch.Tensor, want_entropy: bool = True):
-    """``token_logprobs`` and (when asked, without gradient) ``entropy_from_logits`` from one
-    log-softmax over the vocabulary instead of two."""
+    """log p(tokens[t] | ...) from logits aligned with tokens ([B, T, V], [B, T] -> [B, T]), and
+    when asked the entropy of each position's distribution ([B, T], without gradient), from one
+    log-softmax over the vocabulary (float32 for stable sums under bf16 training)."""
     logp_all = F.log_softmax(logits.float(), dim=-1)
     logp = torch.gather(logp_all, -1, tokens.unsqueeze(-1)).squeeze(-1)
     if not want_entropy:

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from rlvr.algo import rloo_advantages, shortest_correct_penalty, soft_overlong_penalty
-from rlvr.losses import aggregate, kl_estimate, policy_loss, token_logprobs
+from rlvr.losses import aggregate, kl_estimate, policy_loss, token_logprobs_and_entropy
 
 
 def test_rloo_issue_example():
@@ -57,7 +57,7 @@ def test_shortest_correct_penalty():
 
 def test_token_logprobs_match_log_softmax():
     logits = torch.tensor([[[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]]])
-    got = token_logprobs(logits, torch.tensor([[2, 0]]))
+    got, _ = token_logprobs_and_entropy(logits, torch.tensor([[2, 0]]), want_entropy=False)
     assert got[0, 0].item() == pytest.approx(3 - math.log(math.exp(1) + math.exp(2) + math.exp(3)))
     assert got[0, 1].item() == pytest.approx(-math.log(3))
 

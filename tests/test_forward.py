@@ -24,10 +24,10 @@ COMPLETIONS = [[20, 21, 22, 23], [30], [24, 25], [40, 41, 42, 43, 44, 45], [31, 
 
 def _logprobs(model, share, prompts=PROMPTS, completions=COMPLETIONS):
     from rlvr.forward import completion_logits
-    from rlvr.losses import token_logprobs
+    from rlvr.losses import token_logprobs_and_entropy
 
     logits, ids, mask = completion_logits(model, prompts, completions, pad_id=0, device="cpu", share_prompts=share)
-    return token_logprobs(logits, ids) * mask, mask
+    return token_logprobs_and_entropy(logits, ids, want_entropy=False)[0] * mask, mask
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])
@@ -66,14 +66,16 @@ def test_all_single_token_completions():
 
 
 def test_logprobs_and_entropy_from_one_softmax():
-    from rlvr.losses import entropy_from_logits, token_logprobs, token_logprobs_and_entropy
+    import torch.nn.functional as F
+
+    from rlvr.losses import token_logprobs_and_entropy
 
     torch.manual_seed(1)
     logits = torch.randn(3, 5, 11, requires_grad=True)
     tokens = torch.randint(0, 11, (3, 5))
     logp, ent = token_logprobs_and_entropy(logits, tokens)
-    assert torch.allclose(logp, token_logprobs(logits, tokens))
-    assert torch.allclose(ent, entropy_from_logits(logits))
+    assert torch.allclose(logp, F.log_softmax(logits, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1))
+    assert torch.allclose(ent, -(F.softmax(logits, -1) * F.log_softmax(logits, -1)).sum(-1))
     assert not ent.requires_grad and logp.requires_grad
     assert token_logprobs_and_entropy(logits, tokens, want_entropy=False)[1] is None
     # uniform logits: entropy log(V)
