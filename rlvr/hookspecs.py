@@ -6,34 +6,82 @@ made discoverable through an entry point in the ``rlvr`` group::
     [project.entry-points.rlvr]
     countdown = "rlvr_countdown"
 
-Specs grow only by adding optional arguments, so old plugins keep working.
+Each hook receives ``register``, a callback the host owns; its type below (a ``Protocol``) is
+part of the spec. Specs grow only by adding optional arguments, so old plugins keep working.
+docs/hooks.md has a runnable example for every hook.
 """
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable, Iterable, Protocol
 
 import pluggy
 
 hookspec = pluggy.HookspecMarker("rlvr")
 
 
-@hookspec
-def rlvr_register_rewards(register: Callable[..., None]) -> None:
-    """Register reward functions: ``register(name, fn, description=None)``.
+class RegisterReward(Protocol):
+    """The ``register`` that ``rlvr_register_rewards`` receives."""
 
-    ``fn(prompts, completions, completion_ids, *, <column>..., <option>=default...)``
-    returns one ``float | None | rlvr.Score`` per completion; it may be ``async``.
-    Keyword-only parameters without a default are dataset columns the reward needs;
-    those with a default are options a recipe may set. Called once per manager.
+    def __call__(self, name: str, fn: Callable[..., Any], description: str | None = None) -> None: ...
+
+
+class RegisterTask(Protocol):
+    """The ``register`` that ``rlvr_register_tasks`` receives."""
+
+    def __call__(
+        self,
+        name: str,
+        load: Callable[..., Iterable[dict]],
+        columns: Iterable[str],
+        description: str | None = None,
+        splits: Iterable[str] = ("train", "test"),
+    ) -> None: ...
+
+
+@hookspec
+def rlvr_register_rewards(register: RegisterReward) -> None:
+    """Register reward functions: call ``register(name, fn, description=None)`` once for each.
+
+    Called each time the host loads its registry; a name registered twice fails, naming both plugins.
+
+    :param register: The host's callback, :class:`RegisterReward`.
+    :param name: The reward's name in recipes and on the command line (letters, digits, ``_-.``).
+    :param fn: The reward, ``fn(prompts, completions, completion_ids, *, ...)``: three lists
+        passed positionally, one item per completion (``completion_ids`` are token ids, or
+        ``None`` where there are none). Its keyword-only parameters say what else it gets::
+
+            def fn(prompts, completions, completion_ids, *,
+                   answer,           # no default: a required column
+                   aliases=None,     # default None: an optional column, passed when the rows have it
+                   strict=True,      # any other default: an option a recipe sets
+                   **columns):       # **kwargs: gets every other column
+
+        Each column arrives as a list, one value per completion; a recipe maps a task's
+        differently named column onto a parameter with ``rewards.NAME.columns``. ``fn`` returns one
+        ``float | None | rlvr.Score`` per completion and may be ``async``. ``None`` means
+        "cannot score this one": it is left out of the baseline and counted. A reward that
+        raises (or returns the wrong number of values) yields ``None`` for its whole batch;
+        the failure is logged with its name and counted, and training goes on.
+    :param description: One line for ``rlvr rewards``; default: the first line of ``fn``'s docstring.
     """
 
 
 @hookspec
-def rlvr_register_tasks(register: Callable[..., None]) -> None:
-    """Register tasks (prompt sources): ``register(name, load, columns, description=None)``.
+def rlvr_register_tasks(register: RegisterTask) -> None:
+    """Register tasks (prompt sources): call ``register(name, load, columns, description=None,
+    splits=('train', 'test'))`` once for each.
 
-    ``load(split, *, data_dir, **options)`` yields dict rows that carry every name in
-    ``columns``. ``data_dir`` is where offline copies of datasets live (``RLVR_DATA_DIR``).
-    Called once per manager.
+    Called each time the host loads its registry; a name registered twice fails, naming both plugins.
+
+    :param register: The host's callback, :class:`RegisterTask`.
+    :param name: The task's name in recipes (letters, digits, ``_-.``).
+    :param load: ``load(split, *, data_dir, **options)`` yields dict rows, each carrying every
+        name in ``columns``. ``data_dir`` is where offline copies of datasets live
+        (``RLVR_DATA_DIR``). The task's options are ``load``'s keyword-only parameters other
+        than ``data_dir``; a recipe sets them under ``task.options``.
+    :param columns: The names every row carries; prompt templates and rewards use them.
+    :param description: One line for ``rlvr tasks``; default: the first line of ``load``'s docstring.
+    :param splits: The splits ``load`` accepts, ``("train", "test")`` by default; ``rlvr validate``
+        rejects a recipe that asks for another.
     """

@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable
 import pluggy
 
 from . import RlvrError, hookspecs
+from .hookspecs import RegisterReward, RegisterTask
 
 PROJECT = "rlvr"
 ENTRY_POINT_GROUP = "rlvr"
@@ -162,7 +163,7 @@ def load_registry(pm: pluggy.PluginManager | None = None) -> Registry:
 
     plugins = pm.get_plugins()
 
-    def call_each(hook_name: str, make_register: Callable[[str, str], Callable[..., None]]) -> None:
+    def call_each(hook_name: str, make_register: Callable[[str, str], RegisterReward | RegisterTask]) -> None:
         # One plugin at a time (through pluggy, so tracing sees it) to know who registered what.
         for plugin in plugins:
             if not any(impl.plugin is plugin for impl in getattr(pm.hook, hook_name).get_hookimpls()):
@@ -170,8 +171,9 @@ def load_registry(pm: pluggy.PluginManager | None = None) -> Registry:
             caller = pm.subset_hook_caller(hook_name, remove_plugins=[p for p in plugins if p is not plugin])
             caller(register=make_register(*plugin_source(pm, plugin)))
 
-    def reward_registrar(plugin: str, version: str):
-        def register(name: str, fn: Callable, description: str | None = None) -> None:
+    # The callbacks plugins receive: their signatures are the hookspecs' Protocols (tested).
+    def reward_registrar(plugin: str, version: str) -> RegisterReward:
+        def register(name: str, fn: Callable[..., Any], description: str | None = None) -> None:
             _check_name(name, "reward", registry.rewards, plugin)
             try:
                 columns, optional, options, accepts_any = reward_signature(fn)
@@ -183,10 +185,10 @@ def load_registry(pm: pluggy.PluginManager | None = None) -> Registry:
 
         return register
 
-    def task_registrar(plugin: str, version: str):
+    def task_registrar(plugin: str, version: str) -> RegisterTask:
         def register(
             name: str,
-            load: Callable,
+            load: Callable[..., Iterable[dict]],
             columns: Iterable[str],
             description: str | None = None,
             splits: Iterable[str] = ("train", "test"),

@@ -9,31 +9,47 @@ from __future__ import annotations
 import ast
 import random
 import re
+import zlib
 from collections import Counter
 from fractions import Fraction
 
-from rlvr import Score, hookimpl
-
-_SPLIT_SEEDS = {"train": 0, "test": 10_000_019}
+from rlvr import RlvrError, Score, hookimpl
 
 
 def countdown_task(split, *, data_dir, size: int = 1000, seed: int = 0, numbers: int = 4, max_number: int = 25):
-    """Countdown puzzles: reach the target with + - * / using each number at most once."""
+    """Countdown puzzles: reach the target with + - * / using each number at most once.
+
+    Both splits draw from one deterministic stream of puzzles, and a hash of each puzzle puts it
+    in one split (one in five goes to test), so no test puzzle is ever trained on. Train may
+    repeat puzzles; test never does, and has fewer than ``size`` rows when the puzzle space
+    holds fewer test puzzles than that.
+    """
     del data_dir  # generated, not read
-    for index in range(size):
-        rng = random.Random(seed * 104_729 + _SPLIT_SEEDS[split] + index)
+    if split not in ("train", "test"):
+        raise RlvrError(f"task 'countdown' has splits train and test, not {split!r}")
+    produced, seen = 0, set()
+    for draw in range(10 * size + 1000):  # bounded: a small puzzle space holds few test puzzles
+        if produced == size:
+            return
+        rng = random.Random(f"countdown/{seed}/{draw}")
         nums = [rng.randint(1, max_number) for _ in range(numbers)]
         # Build the target from a random expression over the numbers, so every puzzle is solvable.
         expr = str(nums[0])
         for n in nums[1:]:
             expr = f"({expr} {rng.choice('+-*')} {n})"
         target = eval(expr, {"__builtins__": {}})  # noqa: S307 - digits and + - * we generated
+        puzzle = f"{sorted(nums)} -> {target}"  # the same puzzle, whatever the order of the numbers
+        in_test = zlib.crc32(puzzle.encode()) % 5 == 0
+        if in_test != (split == "test") or (in_test and puzzle in seen):
+            continue
+        seen.add(puzzle)
         yield {
-            "id": f"countdown/{split}/{index}",
+            "id": f"countdown/{split}/{produced}",
             "numbers": nums,
             "target": target,
             "question": f"Using the numbers {nums} (each at most once) and + - * /, make {target}.",
         }
+        produced += 1
 
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.S)
