@@ -255,7 +255,8 @@ def trl_worker(a: argparse.Namespace) -> None:
     from transformers import AutoTokenizer, TrainerCallback
     from trl import RLOOConfig, RLOOTrainer
 
-    from rlvr.engine import PromptStream, render_prompt
+    from rlvr.prompts import render_prompt
+    from rlvr.rollout import PromptStream
     from rlvr.models import resolve_model
     from rlvr.plugins import load_registry
     from rlvr.recipe import PromptConfig, data_dir

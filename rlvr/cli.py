@@ -103,7 +103,8 @@ def rewards():
 @cli.command()
 @click.argument("recipes", nargs=-1, required=True)
 @_recipe_options
-@click.option("--data", is_flag=True, help="Also read the first rows of the train and eval splits.")
+@click.option("--data", is_flag=True, help="Also read the first rows of the train and eval splits (and, under "
+              "data.max_prompt_tokens, measure every prompt).")
 def validate(recipes, overrides, profile, data):
     """Check recipes fully (names, columns, batch shapes) without loading a model."""
     from .recipe import data_dir, load_recipe, resolve
@@ -116,6 +117,11 @@ def validate(recipes, overrides, profile, data):
             from .recipe import peek_rows
 
             peek_rows(recipe, registry, data_dir())
+            if recipe.data.max_prompt_tokens:
+                from .prompts import check_prompt_lengths
+
+                for note in check_prompt_lengths(recipe, registry):
+                    click.echo(f"{path}: {note}")
         click.echo(f"{path}: ok ({recipe.task.name}, rewards: {', '.join(recipe.rewards)}, "
                    f"{recipe.prompts_per_step} prompts x {recipe.sampling.num_generations} samples a step)")
 
@@ -198,7 +204,9 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --output-dir.")
 @click.option("--model", default=None, help="Model to train (hub id, folder, or alias).")
-def train(recipe, overrides, profile, max_steps, output_dir, resume, model):
+@click.option("--verbose", is_flag=True, help="Also show vLLM's, DeepSpeed's and other libraries' output "
+              "(always kept in OUTPUT_DIR/train.log).")
+def train(recipe, overrides, profile, max_steps, output_dir, resume, model, verbose):
     """Train a model on a recipe with RLOO."""
     from .recipe import load_recipe, resolve
 
@@ -215,7 +223,7 @@ def train(recipe, overrides, profile, max_steps, output_dir, resume, model):
     output_dir = output_dir or Path("runs") / rec.name
     from .engine import train as run_training
 
-    run_training(rec, registry, output_dir, resume=resume)
+    run_training(rec, registry, output_dir, resume=resume, verbose=verbose)
 
 
 @cli.command(name="eval")

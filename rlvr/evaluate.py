@@ -12,10 +12,11 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from . import RlvrError
+from .metrics import reduce_sums
 from .plugins import Registry
-from .recipe import Recipe, data_dir
-from .rewards import bind_rewards, score_batch
+from .prompts import PromptSet, load_prompt_set
+from .recipe import Recipe
+from .rewards import BoundReward, bind_rewards, score_batch
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -37,18 +38,6 @@ def majority_correct(answers: Sequence[str | None], passed: Sequence[bool]) -> b
     return any(p for a, p in zip(answers, passed) if a == winner)
 
 
-def eval_rows(recipe: Recipe, registry: Registry) -> list[dict]:
-    ref = recipe.eval_task
-    rows = []
-    for row in registry.task(ref.name).load(recipe.eval_split, data_dir=data_dir(), **ref.options):
-        rows.append(row)
-        if recipe.eval.limit and len(rows) >= recipe.eval.limit:
-            break
-    if not rows:
-        raise RlvrError(f"task {ref.name!r} split {recipe.eval_split!r} has no rows")
-    return rows
-
-
 def _answer_of(info: dict) -> str | None:
     for key in ("pred", "prediction", "answer", "extracted"):
         if info.get(key) is not None:
@@ -56,24 +45,25 @@ def _answer_of(info: dict) -> str | None:
     return None
 
 
-def evaluate_with(recipe: Recipe, registry: Registry, sampler, tokenizer, *, rank: int = 0, world: int = 1,
-                  rows: list[dict] | None = None, keep_samples: bool = False) -> dict[str, Any]:
-    """Sample, score and summarise the eval split. Ranks split the prompts; counts are summed."""
-    from .engine import render_prompt
+def eval_max_tokens(recipe: Recipe) -> int:
+    return recipe.eval.max_tokens or recipe.sampling.max_tokens
 
-    rows = rows if rows is not None else eval_rows(recipe, registry)
+
+def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_set: PromptSet, *, rank: int = 0,
+                  world: int = 1, keep_samples: bool = False) -> tuple[dict[str, Any], list[dict]]:
+    """Sample, score and summarise the eval prompts: (summary, this rank's per-prompt results).
+    Ranks split the prompts; the summary's counts are summed over ranks."""
     ev = recipe.eval
     n = max(ev.k)
     temperature = ev.temperature if n == 1 else (ev.temperature or 1.0)
-    mine = list(range(rank, len(rows), world))
-    prompts = [render_prompt(tokenizer, recipe.eval_prompt, rows[i]) for i in mine]
-    outs = sampler.generate(prompts, n=n, temperature=temperature, top_p=recipe.sampling.top_p,
-                            max_tokens=ev.max_tokens or recipe.sampling.max_tokens, seed=12345 + rank) if mine else []
-    rewards = bind_rewards(recipe.rewards, registry)
+    mine = list(range(rank, len(eval_set.rows), world))
+    prompts = [eval_set.prompts[i] for i in mine]
+    outs = sampler.generate([p.ids for p in prompts], n=n, temperature=temperature, top_p=recipe.sampling.top_p,
+                            max_tokens=eval_max_tokens(recipe), seed=12345 + rank) if mine else []
     correctness = ev.correctness_reward or next(iter(recipe.rewards))
     flat = [c for group in outs for c in group]
-    flat_rows = [rows[i] for i in mine for _ in range(n)]
-    flat_prompts = [tokenizer.decode(p) for p in prompts for _ in range(n)]
+    flat_rows = [eval_set.rows[i] for i in mine for _ in range(n)]
+    flat_prompts = [p.text for p in prompts for _ in range(n)]
     scored = score_batch(rewards, flat_prompts, [c.text for c in flat], [c.token_ids for c in flat], flat_rows) if flat else None
     per_prompt = []
     for j, i in enumerate(mine):
@@ -89,32 +79,25 @@ def evaluate_with(recipe: Recipe, registry: Registry, sampler, tokenizer, *, ran
                          "reward_info": {name: scored.infos[name][j * n + m] for name in scored.names}}
                         for m, c in enumerate(flat[j * n : (j + 1) * n])] if keep_samples else None,
         })
-    # sums over ranks
     ks = ev.k
-    local = [len(per_prompt), sum(p["passed"][0] for p in per_prompt)]
-    local += [sum(pass_at_k(n, sum(p["passed"]), k) for p in per_prompt) for k in ks]
-    local += [sum(p["maj"] for p in per_prompt), sum(p["unscorable"] for p in per_prompt)]
-    if world > 1:
-        import torch
-        import torch.distributed as dist
-
-        tensor = torch.tensor(local, dtype=torch.float64)
-        dist.all_reduce(tensor)
-        local = tensor.tolist()
-    total = local[0]
+    local = {"n": len(per_prompt), "pass@1": sum(p["passed"][0] for p in per_prompt),
+             "maj": sum(p["maj"] for p in per_prompt), "unscorable": sum(p["unscorable"] for p in per_prompt)}
+    local.update({f"pass@{k}": sum(pass_at_k(n, sum(p["passed"]), k) for p in per_prompt) for k in ks})
+    total = reduce_sums(local)
+    count = total["n"]
     result: dict[str, Any] = {
-        "n": int(total),
+        "n": int(count),
         "samples_per_prompt": n,
         "temperature": temperature,
-        "accuracy": local[1] / total if total else 0.0,
-        **{f"pass@{k}": local[2 + j] / total if total else 0.0 for j, k in enumerate(ks)},
-        "unscorable": int(local[-1]),
+        "accuracy": total["pass@1"] / count if count else 0.0,
+        **{f"pass@{k}": total[f"pass@{k}"] / count if count else 0.0 for k in ks},
+        "unscorable": int(total["unscorable"]),
     }
     if n > 1:
-        result[f"maj@{n}"] = local[-2] / total if total else 0.0
-    result["_rows"] = rows
-    result["_per_prompt"] = per_prompt
-    return result
+        result[f"maj@{n}"] = total["maj"] / count if count else 0.0
+    if eval_set.dropped:
+        result["dropped_overlong_prompts"] = eval_set.dropped
+    return result, per_prompt
 
 
 def breakdown(rows: list[dict], per_prompt: list[dict], key: str) -> dict[str, dict]:
@@ -126,35 +109,24 @@ def breakdown(rows: list[dict], per_prompt: list[dict], key: str) -> dict[str, d
 
 def evaluate(recipe: Recipe, registry: Registry, output_dir: Path) -> dict[str, Any]:
     """``rlvr eval``: load the model into a sampler, evaluate, write reports."""
-    import torch
-
-    from .models import resolve_model
-    from .sampling import HFSampler, VLLMSampler, model_max_len
-
-    rows = eval_rows(recipe, registry)
-    model_path = resolve_model(recipe.model.name)
     from transformers import AutoTokenizer
 
+    from .models import resolve_model
+    from .samplers import make_sampler
+
+    model_path = resolve_model(recipe.model.name)
     tokenizer = AutoTokenizer.from_pretrained(model_path)
-    max_tokens = recipe.eval.max_tokens or recipe.sampling.max_tokens
-    if recipe.sampling.backend == "vllm":
-        longest = max(len(tokenizer(recipe.eval_prompt.template.format(**r))["input_ids"]) for r in rows[:200])
-        limit = model_max_len(model_path)
-        if limit and longest + max_tokens > limit:
-            raise RlvrError(f"eval prompts of up to {longest} tokens plus max_tokens {max_tokens} exceed the model's "
-                            f"context of {limit} tokens: lower eval.max_tokens")
-        sampler = VLLMSampler(model_path, max_model_len=2 * longest + 256 + max_tokens, seed=0,
-                              gpu_memory_utilization=recipe.sampling.gpu_memory_utilization,
-                              cpu_kvcache_gib=recipe.sampling.cpu_kvcache_gib, in_process=True,
-                              on_cpu=not torch.cuda.is_available(), dtype=recipe.sampling.dtype)
-    else:
+    eval_set = load_prompt_set(recipe, registry, tokenizer, split="eval")
+    model = None
+    if recipe.sampling.backend == "hf":
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(model_path)
-        sampler = HFSampler(lambda: model, tokenizer, synced=False)
-    result = evaluate_with(recipe, registry, sampler, tokenizer, rows=rows, keep_samples=True)
-    per_prompt = result.pop("_per_prompt")
-    result.pop("_rows")
+    sampler = make_sampler(recipe, model_path, longest_prompt=eval_set.longest, max_new_tokens=eval_max_tokens(recipe),
+                           seed=0, get_model=lambda: model, tokenizer=tokenizer)
+    result, per_prompt = evaluate_with(recipe, bind_rewards(recipe.rewards, registry), sampler, eval_set,
+                                       keep_samples=True)
+    rows = eval_set.rows
     for key in ("subject", "level"):
         if key in rows[0]:
             result[f"by_{key}"] = breakdown(rows, per_prompt, key)

@@ -33,6 +33,11 @@ class DataConfig(Strict):
     eval_split: str = "test"
     train_limit: int | None = Field(default=None, ge=1)
     seed: int = 0
+    # Prompts (after system prompt and chat template) longer than this are dropped and counted,
+    # or refused (also by `rlvr validate --data`); the sampler's context is sized from the
+    # longest prompt kept. None: keep all, and size the context from the longest.
+    max_prompt_tokens: int | None = Field(default=None, ge=1)
+    overlong_prompts: Literal["drop", "error"] = "drop"
 
 
 class PromptConfig(Strict):
@@ -66,7 +71,9 @@ class LoraConfig(Strict):
 class SamplingConfig(Strict):
     backend: Literal["vllm", "hf"] = "vllm"
     num_generations: int = Field(default=8, ge=2, description="K samples per prompt")
-    temperature: float = Field(default=1.0, ge=0)
+    # The trainer's log-probs are taken at this temperature too (logits / T), so the loss, KL
+    # and entropy refer to the distribution that was sampled.
+    temperature: float = Field(default=1.0, gt=0)
     top_p: float = Field(default=1.0, gt=0, le=1)
     max_tokens: int = Field(default=256, ge=1)
     # vLLM: fraction of accelerator memory (on CPU: of RAM) it may take; KV cache GiB on CPU.
@@ -205,6 +212,8 @@ class Recipe(Strict):
                 f"trainer.micro_batch_size ({t.micro_batch_size}) must divide "
                 f"trainer.rollout_batch_size ({t.rollout_batch_size})"
             )
+        if self.model.lora and t.zero_stage == 3:
+            raise ValueError("model.lora with trainer.zero_stage 3 is not supported: use stage 0-2 for LoRA")
         return self
 
     @property
@@ -420,6 +429,18 @@ def cache_dir() -> Path:
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rlvr"
     )
     return Path(base)
+
+
+def load_rows(registry: Registry, ref: TaskRef, split: str, limit: int | None = None) -> list[dict]:
+    """The first ``limit`` rows (None: all) of a task's split; an empty split is an error."""
+    rows = []
+    for row in registry.task(ref.name).load(split, data_dir=data_dir(), **ref.options):
+        rows.append(row)
+        if limit and len(rows) >= limit:
+            break
+    if not rows:
+        raise RlvrError(f"task {ref.name!r} split {split!r} has no rows")
+    return rows
 
 
 def peek_rows(recipe: Recipe, registry: Registry, root: Path) -> None:

@@ -124,3 +124,47 @@ def test_light_commands_do_not_import_torch():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert out.returncode == 0, out.stderr
+
+
+def test_validate_refuses_lora_with_zero3(rlvr_cmd):
+    """Checks that do not depend on the number of ranks belong to the recipe: validate catches them."""
+    out = rlvr_cmd("validate", ROOT / "tasks/demo.yaml", "--set", "model.lora={r: 4}", "--set", "trainer.zero_stage=3")
+    assert out.returncode == 2 and "model.lora with trainer.zero_stage 3" in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
+def test_validate_data_measures_prompts_under_max_prompt_tokens(rlvr_cmd, smollm_path):
+    recipe = ROOT / "tasks/demo.yaml"
+    refused = rlvr_cmd("validate", "--data", recipe, "--set", "data.max_prompt_tokens=30",
+                       "--set", "data.overlong_prompts=error")
+    assert refused.returncode == 2 and "over data.max_prompt_tokens 30" in refused.stderr, refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    dropped = rlvr_cmd("validate", "--data", recipe, "--set", "data.max_prompt_tokens=40")
+    assert dropped.returncode == 0, dropped.stderr
+    assert "train: longest prompt" in dropped.stdout and "over data.max_prompt_tokens dropped" in dropped.stdout
+
+
+def test_eval_sizes_the_context_from_the_rendered_prompt(rlvr_cmd, tiny_model, tmp_path):
+    """The system prompt and chat template count: a model whose context holds the bare question
+    plus max_tokens, but not the rendered prompt, is refused before any sampler starts."""
+    import shutil
+
+    from transformers import AutoTokenizer
+
+    from rlvr.prompts import render_prompt
+    from rlvr.recipe import load_recipe
+
+    recipe = load_recipe(ROOT / "tasks/demo.yaml")
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    row = {"question": "What is 17 - 20?", "answer": "-3"}
+    bare, rendered = len(tok(recipe.prompt.template.format(**row))["input_ids"]), len(render_prompt(tok, recipe.prompt, row))
+    assert rendered > bare + 10
+    model = tmp_path / "short-context"
+    shutil.copytree(tiny_model, model)
+    config = json.loads((model / "config.json").read_text())
+    config["max_position_embeddings"] = bare + 5 + 32
+    (model / "config.json").write_text(json.dumps(config))
+    out = rlvr_cmd("eval", ROOT / "tasks/demo.yaml", "--model", model, "--limit", "4", "--set", "eval.max_tokens=32",
+                   "--output-dir", tmp_path / "eval")
+    assert out.returncode == 2, out.stderr[-2000:]
+    assert "over the model's" in out.stderr and len(out.stderr.strip().splitlines()) == 1

@@ -28,7 +28,7 @@ rewards:
   even_tokens: 1.0
 model: {{name: {model}}}
 sampling: {{backend: {backend}, num_generations: 4, max_tokens: 12}}
-trainer: {{steps: {steps}, rollout_batch_size: 16, micro_batch_size: 4, lr: 1.0e-3, zero_stage: {zero}, save_every: 1, keep_last: 2}}
+trainer: {{steps: {steps}, rollout_batch_size: 16, micro_batch_size: 4, lr: 1.0e-3, schedule: linear, zero_stage: {zero}, save_every: 1, keep_last: 2}}
 algorithm: {{clip: {{eps_low: 0.2, eps_high: 0.28}}, ppo_epochs: 2, kl: {{beta: 0.01, estimator: k3, target: loss}}}}
 """
 
@@ -81,7 +81,10 @@ def test_two_steps_hf_sampler(tmp_path, tiny_model, test_plugin):
     recipe, env = make_run(tmp_path, tiny_model, test_plugin)
     out = tmp_path / "run"
     metrics = train_two_steps(recipe, out, env)
-    assert metrics[0]["grad_norm"] > 0 and metrics[0]["kl"] >= 0
+    assert metrics[0]["grad_norm"] > 0
+    assert metrics[0]["kl"] == pytest.approx(0.0, abs=1e-6) and metrics[1]["kl"] > 0  # policy == reference at step 0
+    # a linear schedule over 2 steps, each of 2 PPO epochs: one rate per training step
+    assert [r["lr"] for r in metrics] == pytest.approx([1e-3, 5e-4])
     assert (out / "final" / "config.json").exists() and (out / "curves.png").exists()
     # the trained weights differ from the initial ones
     import torch
@@ -115,7 +118,7 @@ def test_existing_run_needs_resume(tmp_path, tiny_model, test_plugin):
 SYNC_CHECK = '''
 import sys, torch
 from transformers import AutoModelForCausalLM
-from rlvr.sampling import VLLMSampler, hf_state_for_sync
+from rlvr.samplers import VLLMSampler, hf_state_for_sync
 
 path = sys.argv[1]
 sampler = VLLMSampler(path, max_model_len=256, seed=0, gpu_memory_utilization=0.1, cpu_kvcache_gib=1, in_process=True, on_cpu=True)

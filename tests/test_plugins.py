@@ -148,7 +148,7 @@ def test_arithmetic_test_split_is_held_out():
 
 
 def test_sampler_dtype_follows_hardware(tmp_path):
-    from rlvr.sampling import cpu_has_bf16, sampler_dtype
+    from rlvr.samplers import cpu_has_bf16, sampler_dtype
 
     plain, amx = tmp_path / "plain", tmp_path / "amx"
     plain.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_vnni\n")

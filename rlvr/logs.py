@@ -1,0 +1,127 @@
+"""What a training run shows, and where everything else goes.
+
+``RunOutput`` points the process's stdout and stderr (file descriptors 1 and 2, so C++ code,
+vLLM's and DeepSpeed's loggers and child processes are caught too) at ``OUTPUT_DIR/train.log``.
+The terminal keeps rlvr's own lines, a progress bar and one line a step. With ``verbose`` the
+terminal also shows everything the log gets. Ranks other than 0 write ``train.rank<N>.log``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+import traceback
+from pathlib import Path
+
+FORMAT = "%(asctime)s %(name)s %(levelname)s: %(message)s"
+
+
+class _ConsoleHandler(logging.Handler):
+    """rlvr's log records on the terminal, printed through rich so they stay above the bar."""
+
+    def __init__(self, console):
+        super().__init__(logging.INFO)
+        self.console = console
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.console.print(record.getMessage(), markup=False, highlight=False)
+        except Exception:  # noqa: BLE001 - a closed terminal must not stop training
+            self.handleError(record)
+
+
+class RunOutput:
+    """Context manager: redirect output to the run's log file; ``step(row_line)`` / ``close``."""
+
+    def __init__(self, output_dir: Path, *, rank: int, verbose: bool, total_steps: int):
+        self.path = Path(output_dir) / ("train.log" if rank == 0 else f"train.rank{rank}.log")
+        self.rank, self.verbose, self.total = rank, verbose, total_steps
+        self.bar = self.console = None
+        self._tee = None
+        self._handlers: list[logging.Handler] = []
+
+    def __enter__(self) -> RunOutput:
+        from rich.console import Console
+
+        sys.stdout.flush()
+        sys.stderr.flush()
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._saved = (os.dup(1), os.dup(2))
+        self._terminal = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
+        log_fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        if self.verbose:  # everything to both: a thread copies a pipe to the log and the terminal
+            read_fd, write_fd = os.pipe()
+            self._tee = threading.Thread(target=_copy, args=(read_fd, [log_fd, os.dup(self._saved[1])]), daemon=True)
+            self._tee.start()
+            target = write_fd
+        else:
+            target = log_fd
+        os.dup2(target, 1)
+        os.dup2(target, 2)
+        os.close(target)
+        root = logging.getLogger()
+        root.setLevel(logging.INFO)
+        to_log = logging.StreamHandler(sys.stderr)
+        to_log.setFormatter(logging.Formatter(FORMAT))
+        self._handlers.append((root, to_log))
+        self.console = Console(file=self._terminal, highlight=False)
+        if self.rank == 0 and not self.verbose:
+            self._handlers.append((logging.getLogger("rlvr"), _ConsoleHandler(self.console)))
+        for logger, handler in self._handlers:
+            logger.addHandler(handler)
+        logging.getLogger("rlvr").setLevel(logging.INFO)
+        logging.getLogger("rlvr").info(f"rlvr: logging to {self.path}")
+        return self
+
+    def start_bar(self, start_step: int) -> None:
+        """The progress bar (rank 0, on the terminal)."""
+        if self.rank != 0:
+            return
+        from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self.bar = Progress(TextColumn("[bold]step {task.completed}/{task.total}"), BarColumn(),
+                            TimeElapsedColumn(), TimeRemainingColumn(), console=self.console,
+                            redirect_stdout=False, redirect_stderr=False, transient=True)
+        self._task = self.bar.add_task("", total=self.total, completed=start_step)
+        self.bar.start()
+
+    def step(self, line: str) -> None:
+        """One line for a finished step: on the terminal (rank 0) and in the log."""
+        logging.getLogger("rlvr.train").info(line)
+        if self.bar is not None:
+            self.bar.update(self._task, advance=1)
+
+    def stop_bar(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.stop_bar()
+        if exc is not None and not self.verbose:  # the log keeps the whole story; the terminal gets it next
+            traceback.print_exception(exc_type, exc, tb, file=sys.stderr)
+        for logger, handler in self._handlers:
+            logger.removeHandler(handler)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(self._saved[0], 1)  # also closes the pipe's last write ends held as fds 1 and 2
+        os.dup2(self._saved[1], 2)
+        if self._tee is not None:
+            self._tee.join(timeout=5)  # a child still holding the pipe keeps it open; don't wait on it
+        for fd in self._saved:
+            os.close(fd)
+        self._terminal.close()
+
+
+def _copy(read_fd: int, targets: list[int]) -> None:
+    with os.fdopen(read_fd, "rb", buffering=0) as source:
+        while chunk := source.read(65536):
+            for fd in targets:
+                try:
+                    os.write(fd, chunk)
+                except OSError:
+                    pass
+    for fd in targets:
+        os.close(fd)

@@ -1,0 +1,201 @@
+"""The engine's parts without a model: the prompt stream, rollouts with a fake sampler (dynamic
+sampling, refills on several ranks), metrics by name, the LR schedule, the DeepSpeed config,
+prompt fitting and padding, the sampler's context rule."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+
+from rlvr import RlvrError
+from rlvr.metrics import reduce_sums, rollout_sums, step_line, step_row
+from rlvr.plugins import RewardSpec
+from rlvr.policy import deepspeed_config, effective_zero_stage, lr_multiplier
+from rlvr.prompts import Prompt, fit_prompts, pad_batch
+from rlvr.recipe import DynamicSamplingConfig, SamplingConfig, TrainerConfig
+from rlvr.rewards import BoundReward
+from rlvr.rollout import PromptStream, Rollout, RolloutProducer, zero_variance
+from rlvr.samplers import Completion, context_length
+
+
+# ---------------------------------------------------------------------------- prompt stream
+def test_stream_one_rank_is_an_epoch_wise_shuffle():
+    stream = PromptStream(10, seed=3)
+    first, second = stream.take(10), stream.take(10)
+    assert sorted(first) == sorted(second) == list(range(10)) and first != second
+    assert stream.position == 20
+    again = PromptStream(10, seed=3, position=10)  # resuming mid-run continues the same order
+    assert again.take(10) == second
+
+
+def test_stream_ranks_read_disjoint_shards_of_one_order():
+    single = PromptStream(12, seed=5).take(12)
+    ranks = [PromptStream(12, seed=5, rank=r, world=3) for r in range(3)]
+    taken = [s.take(4) for s in ranks]
+    assert sorted(i for t in taken for i in t) == list(range(12))  # an epoch, split three ways
+    assert taken[1] == single[1::3]
+    # a rank that refills (dynamic sampling) reads further along its own shard only
+    assert ranks[2].take(2) == PromptStream(12, seed=5).take(24)[12 + 2 :: 3][:2]
+
+
+# ---------------------------------------------------------------------------- rollouts
+class FakeSampler:
+    """Completion text = the prompt's first id, so a reward can depend on the prompt."""
+
+    def __init__(self):
+        self.calls = []
+
+    def generate(self, prompt_ids, *, n, temperature, top_p, max_tokens, seed=None, logprobs=False):
+        self.calls.append([p[0] for p in prompt_ids])
+        return [[Completion(str(p[0]), [p[0], j], truncated=j == 0) for j in range(n)] for p in prompt_ids]
+
+    def load_weights(self, weights):
+        pass
+
+    def close(self):
+        pass
+
+
+def reward(fn, name="r"):
+    spec = RewardSpec(name, fn, "", "test", "0", (), (), {}, False)
+    return BoundReward(spec)
+
+
+def by_prompt(prompts, completions, completion_ids):
+    """Prompts 0-4 give every sample 1.0 (no signal); the others 0/1 by sample."""
+    return [1.0 if int(c) < 5 else float(ids[1] % 2) for c, ids in zip(completions, completion_ids)]
+
+
+def producer(sampler, rows=10, groups=2, k=4, dynamic=False, rounds=3, rank=0, world=1, rewards=None):
+    prompts = SimpleNamespace(rows=[{"i": i} for i in range(rows)],
+                              prompts=[Prompt([i, 100], f"prompt {i}") for i in range(rows)])
+    return RolloutProducer(sampler, rewards or [reward(by_prompt)], prompts,
+                           PromptStream(rows, seed=0, rank=rank, world=world), groups=groups,
+                           sampling=SamplingConfig(num_generations=k),
+                           dynamic_sampling=DynamicSamplingConfig(enabled=dynamic, max_rounds=rounds), seed=0, rank=rank)
+
+
+def test_rollout_groups_and_per_reward_values():
+    sampler = FakeSampler()
+    out = producer(sampler).produce(0)
+    assert out.rounds == 1 and len(out.prompt_ids) == 2 and len(out.completions) == 8
+    assert out.seq_prompts[:4] == [out.prompt_ids[0]] * 4 and out.truncated == [True, False, False, False] * 2
+    assert out.reward_values["r"] == out.rewards and out.reward_names == ["r"]
+    assert [c.token_ids[0] for c in out.completions[:4]] == [out.prompt_ids[0][0]] * 4
+
+
+def test_dynamic_sampling_refills_zero_variance_groups_from_the_stream():
+    sampler = FakeSampler()
+    out = producer(sampler, groups=3, dynamic=True, rounds=5).produce(0)
+    kept = [p[0] for p in out.prompt_ids]
+    assert len(kept) == 3 and all(i >= 5 for i in kept)  # only groups with signal
+    assert not any(zero_variance(out.rewards[g * 4 : (g + 1) * 4]) for g in range(3))
+    assert out.rounds == len(sampler.calls) > 1
+    assert [len(c) for c in sampler.calls[1:]] == [3 - n for n in _kept_after_each(sampler.calls)[:-1]]
+
+
+def _kept_after_each(calls):
+    kept, out = 0, []
+    for call in calls:
+        kept += sum(i >= 5 for i in call)
+        out.append(kept)
+    return out
+
+
+def test_dynamic_sampling_keeps_whatever_the_last_round_gives():
+    always_equal = reward(lambda p, c, ids: [0.5] * len(c))
+    sampler = FakeSampler()
+    out = producer(sampler, groups=2, dynamic=True, rounds=2, rewards=[always_equal]).produce(0)
+    assert out.rounds == 2 and len(out.prompt_ids) == 2 and len(sampler.calls) == 2
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_refills_on_several_ranks_come_from_the_ranks_own_shard(rank):
+    sampler = FakeSampler()
+    prod = producer(sampler, rows=40, groups=2, dynamic=True, rounds=4, rank=rank, world=2)
+    prod.produce(0)
+    shard = PromptStream(40, seed=0, rank=rank, world=2).take(prod.stream.position)
+    assert [i for call in sampler.calls for i in call] == shard
+
+
+def test_a_raising_reward_is_counted_not_fatal():
+    def broken(prompts, completions, completion_ids):
+        raise ValueError("boom")
+
+    out = producer(FakeSampler(), rewards=[reward(by_prompt), reward(broken, "broken")]).produce(0)
+    assert out.rewards == [None] * 8 and out.reward_errors == 8
+
+
+# ---------------------------------------------------------------------------- metrics
+def test_reduce_sums_without_ranks_is_identity():
+    assert reduce_sums({"a": 1.5, "b": 2}, maxima=["b"]) == {"a": 1.5, "b": 2}
+
+
+def test_step_row_from_sums():
+    rollout = Rollout(group_size=2, prompt_ids=[[1], [2]],
+                      completions=[Completion("", [1] * n, n == 4) for n in (2, 4, 3, 3)],
+                      rewards=[1.0, 0.0, None, 0.5], reward_values={"m": [1.0, 0.0, None, 1.0]},
+                      reward_errors=1, rounds=2, reward_names=["m"])
+    sums = rollout_sums(rollout)
+    assert sums["len_max"] == 4 and sums["truncated"] == 1 and sums["reward/m/n"] == 3
+    update = {"loss": 0.25, "kl": 2.0, "entropy": 6.0, "clip_low": 1.0, "clip_high": 0.0, "tokens": 12.0,
+              "groups": 2, "zero_variance": 1, "too_few_scorable": 0, "unscorable": 1}
+    row = step_row(3, {**sums, **update}, world=2, reward_names=["m"],
+                   times={"generate": 2.0, "step": 5.0}, lr=1e-5, grad_norm=0.7)
+    assert row["reward_mean"] == pytest.approx(0.5) and row["reward_std"] == pytest.approx(math.sqrt(1.25 / 3 - 0.25))
+    assert row["kl"] == pytest.approx(2 / 12) and row["entropy"] == 0.5 and row["clip_low_frac"] == pytest.approx(1 / 12)
+    assert row["completion_len_mean"] == 3.0 and row["truncated_frac"] == 0.25 and row["zero_variance_frac"] == 0.5
+    assert row["reward/m"] == pytest.approx(2 / 3) and row["sampling_rounds"] == 1.0 and row["tokens_per_s"] == 6.0
+    assert row["time_step"] == 5.0 and row["lr"] == 1e-5 and row["reward_errors"] == 1
+    assert step_line(row, 10).startswith("step 4/10  reward 0.500")
+
+
+# ---------------------------------------------------------------------------- schedule and DeepSpeed config
+def test_lr_multiplier():
+    lr = lambda step, **kw: lr_multiplier(step, **{"warmup": 0, "total": 4, "schedule": "linear", **kw})  # noqa: E731
+    assert [lr(s) for s in range(4)] == [1.0, 0.75, 0.5, 0.25]
+    assert [lr(s, warmup=2) for s in range(5)] == [0.5, 1.0, 1.0, 0.5, 0.0]
+    assert [lr(s, schedule="cosine") for s in (0, 2, 4)] == pytest.approx([1.0, 0.5, 0.0])
+    assert {lr(s, schedule="constant", warmup=1) for s in range(1, 4)} == {1.0}
+    with pytest.raises(ValueError):
+        lr(0, schedule="step")
+
+
+def test_deepspeed_config_and_stage():
+    t = TrainerConfig(rollout_batch_size=32, micro_batch_size=4, zero_stage=2, max_grad_norm=0.5)
+    config = deepspeed_config(t, world=2, zero_stage=2, bf16=True, fp16=False)
+    assert config["gradient_accumulation_steps"] == 4 and config["train_batch_size"] == 32
+    assert config["zero_optimization"] == {"stage": 2} and config["gradient_clipping"] == 0.5
+    assert config["bf16"] == {"enabled": True} and "optimizer" not in config and "scheduler" not in config
+    offload = TrainerConfig(rollout_batch_size=32, micro_batch_size=4, zero_stage=3, offload_optimizer=True)
+    config = deepspeed_config(offload, world=1, zero_stage=3, bf16=False, fp16=False)
+    assert config["zero_optimization"]["offload_optimizer"] == {"device": "cpu"} and config["optimizer"]["type"] == "AdamW"
+    assert effective_zero_stage(t, 1) == 0 and effective_zero_stage(t, 2) == 2 and effective_zero_stage(offload, 1) == 3
+
+
+# ---------------------------------------------------------------------------- prompts and context
+def test_fit_prompts_drops_or_refuses_overlong_prompts():
+    rows = [{"id": f"r{i}"} for i in range(4)]
+    prompts = [Prompt([0] * n, "") for n in (3, 9, 5, 12)]
+    kept = fit_prompts(rows, prompts, 8, "drop", "task 't'")
+    assert kept.rows == [rows[0], rows[2]] and kept.dropped == 2 and kept.longest == 5
+    assert fit_prompts(rows, prompts, None, "drop", "t").longest == 12
+    with pytest.raises(RlvrError, match="r1 has a prompt of 9 tokens, over data.max_prompt_tokens 8"):
+        fit_prompts(rows, prompts, 8, "error", "task 't'")
+    with pytest.raises(RlvrError, match="every prompt"):
+        fit_prompts(rows, prompts, 2, "drop", "task 't'")
+
+
+def test_pad_batch():
+    ids, mask = pad_batch([[1, 2, 3], [4]], 0, left=True)
+    assert ids.tolist() == [[1, 2, 3], [0, 0, 4]] and mask.tolist() == [[1, 1, 1], [0, 0, 1]]
+    ids, mask = pad_batch([[1, 2], [4]], 9, left=False, width=3)
+    assert ids.tolist() == [[1, 2, 9], [4, 9, 9]] and mask.tolist() == [[1, 1, 0], [1, 0, 0]]
+
+
+def test_context_length_is_longest_prompt_plus_new_tokens():
+    assert context_length(100, 256, 2048) == 356 and context_length(100, 256, None) == 356
+    with pytest.raises(RlvrError, match="data.max_prompt_tokens"):
+        context_length(1900, 256, 2048)
