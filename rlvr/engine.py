@@ -173,8 +173,8 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
             state.step += 1
             grad_norm = update.pop("grad_norm")
             sums = reduce_sums({**rollout_sums(rollout), **update}, maxima=["len_max"])
-            row = step_row(step, sums, world=world, reward_names=rollout.reward_names, times=times, lr=lr,
-                           grad_norm=grad_norm)
+            row = step_row(step, sums, world=world, reward_names=rollout.reward_names, times=times,
+                           lr=backend.lr, grad_norm=grad_norm)  # the rate the optimizer really used
             metrics.write(row)
             out.step(step_line(row, t.steps))
             if state.step % t.save_every == 0 or state.step == t.steps:

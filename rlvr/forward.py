@@ -46,23 +46,6 @@ def plan_micro_batches(
     return [best[a : a + micro] for a in range(0, n, micro)]
 
 
-def _left_pad(rows: Sequence[Sequence[int]], pad: int):
-    import torch
-
-    width = max(len(r) for r in rows)
-    ids = [[pad] * (width - len(r)) + list(r) for r in rows]
-    mask = [[0] * (width - len(r)) + [1] * len(r) for r in rows]
-    return torch.tensor(ids), torch.tensor(mask)
-
-
-def _right_pad(rows: Sequence[Sequence[int]], pad: int, width: int):
-    import torch
-
-    ids = [list(r) + [pad] * (width - len(r)) for r in rows]
-    mask = [[1] * len(r) + [0] * (width - len(r)) for r in rows]
-    return torch.tensor(ids), torch.tensor(mask)
-
-
 def completion_logits(
     module,
     prompts: Sequence[Sequence[int]],
@@ -80,11 +63,13 @@ def completion_logits(
     """
     import torch
 
+    from .prompts import pad_batch
+
     width = max(max(len(c) for c in completions), 1)
-    comp_ids, comp_mask = _right_pad(completions, pad_id, width)
+    comp_ids, comp_mask = pad_batch(completions, pad_id, left=False, width=width)
     comp_ids, comp_mask = comp_ids.to(device), comp_mask.to(device)
     if not share_prompts:
-        p_ids, p_mask = _left_pad(prompts, pad_id)
+        p_ids, p_mask = pad_batch(prompts, pad_id, left=True)
         p_ids, p_mask = p_ids.to(device), p_mask.to(device)
         ids = torch.cat([p_ids, comp_ids], 1)
         attn = torch.cat([p_mask, comp_mask], 1)
@@ -96,7 +81,7 @@ def completion_logits(
     first: dict[tuple[int, ...], int] = {}
     owner = [first.setdefault(tuple(p), len(first)) for p in prompts]
     unique = list(first)
-    p_ids, p_mask = _left_pad(unique, pad_id)
+    p_ids, p_mask = pad_batch(unique, pad_id, left=True)
     p_ids, p_mask = p_ids.to(device), p_mask.to(device)
     p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)
     out = module(input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, use_cache=True, logits_to_keep=1)

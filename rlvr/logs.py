@@ -27,7 +27,7 @@ class _ConsoleHandler(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            self.console.print(record.getMessage(), markup=False, highlight=False)
+            self.console.print(record.getMessage(), markup=False, highlight=False, soft_wrap=True)
         except Exception:  # noqa: BLE001 - a closed terminal must not stop training
             self.handleError(record)
 

