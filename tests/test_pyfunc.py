@@ -54,6 +54,7 @@ def test_rows_have_mbpp_columns_and_three_distinct_asserts():
         assert all(t.startswith("assert ") for t in row["test_list"])
 
 
+@pytest.mark.slow
 def test_split_is_held_out_and_deterministic():
     train = {r["text"] for r in pyfunc("train", data_dir=HERE, size=3000)}
     test_rows = list(pyfunc("test", data_dir=HERE, size=10_000))

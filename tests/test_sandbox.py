@@ -17,6 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.slow  # starts real sandbox pools (bwrap workers)
 from rlvr_plugins import sandbox as sb
 
 from rlvr import RlvrError

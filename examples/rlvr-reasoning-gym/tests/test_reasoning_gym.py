@@ -221,6 +221,7 @@ def write_recipe(path, dataset_line):
         ("dataset: chain_sum, config: {max_term: 3}", "no config key 'max_term'"),
     ],
 )
+@pytest.mark.slow
 def test_cli_bad_dataset_exits_2_with_one_line(tmp_path, line, message):
     recipe = write_recipe(tmp_path / "bad.yaml", line)
     out = rlvr("validate", "--data", recipe)
@@ -229,6 +230,7 @@ def test_cli_bad_dataset_exits_2_with_one_line(tmp_path, line, message):
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
+@pytest.mark.slow
 def test_cli_validates_the_example_recipes():
     recipes = [HERE / "gsm_symbolic.yaml", HERE / "mix.yaml"]
     out = rlvr("validate", "--data", *recipes)
@@ -238,6 +240,7 @@ def test_cli_validates_the_example_recipes():
     assert out.returncode == 0, out.stderr
 
 
+@pytest.mark.slow
 def test_cli_score_round_trip(tmp_path):
     train = rows("train", dataset="leg_counting", size=3)
     records = [
