@@ -199,3 +199,38 @@ def test_context_length_is_longest_prompt_plus_new_tokens():
     assert context_length(100, 256, 2048) == 356 and context_length(100, 256, None) == 356
     with pytest.raises(RlvrError, match="data.max_prompt_tokens"):
         context_length(1900, 256, 2048)
+
+
+# ---------------------------------------------------------------------------- layout
+def test_no_import_cycles_inside_rlvr():
+    """Modules import each other one way (function-level imports included)."""
+    import ast
+    from pathlib import Path
+
+    package = Path(__file__).resolve().parents[1] / "rlvr"
+    deps = {}
+    for path in package.glob("*.py"):
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                found.add(node.module.split(".")[0])
+            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rlvr."):
+                found.add(node.module.split(".")[1])
+        deps[path.stem] = found
+
+    def visit(module, trail):
+        for dep in deps.get(module, ()):
+            assert dep not in trail, f"import cycle: {' -> '.join(trail + [dep])}"
+            visit(dep, trail + [dep])
+
+    for module in deps:
+        visit(module, [module])
+    assert "engine" not in deps["evaluate"] and "engine" not in deps["rollout"]
+
+
+def test_train_is_a_screen_long():
+    import inspect
+
+    from rlvr.engine import train
+
+    assert len(inspect.getsource(train).splitlines()) <= 120
