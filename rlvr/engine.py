@@ -43,6 +43,7 @@ from .prompts import PromptSet, load_prompt_set
 from .recipe import Recipe
 from .rewards import BoundReward, bind_rewards
 from .rollout import PromptStream, RolloutProducer
+from .samplers import make_sampler
 
 log = logging.getLogger("rlvr.engine")
 
@@ -133,8 +134,6 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
 
         backend, ref_model, zero_stage = build_policy(recipe, model_path, world=world, device=device, cuda=cuda)
         zero3, lora = zero_stage == 3, bool(recipe.model.lora)
-        from .samplers import make_sampler
-
         sampler = make_sampler(
             recipe, model_path, longest_prompt=max(train_set.longest, eval_set.longest if eval_set else 0),
             max_new_tokens=max(s.max_tokens, eval_max_tokens(recipe) if eval_set else 0), seed=t.seed + rank,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 from .prompts import PromptSet
@@ -56,7 +56,10 @@ class Rollout:
     rounds: int = 1
     time_generate: float = 0.0
     time_score: float = 0.0
-    reward_names: list[str] = field(default_factory=list)
+
+    @property
+    def reward_names(self) -> list[str]:
+        return list(self.reward_values)
 
     @property
     def seq_prompts(self) -> list[list[int]]:
@@ -120,5 +123,5 @@ class RolloutProducer:
             completions=[c for _, cs, _, _ in kept for c in cs],
             rewards=[r for _, _, rs, _ in kept for r in rs],
             reward_values={n: [v for *_, vals in kept for v in vals[n]] for n in names},
-            reward_errors=errors, rounds=rounds, time_generate=t_gen, time_score=t_score, reward_names=names,
+            reward_errors=errors, rounds=rounds, time_generate=t_gen, time_score=t_score,
         )

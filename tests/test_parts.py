@@ -137,7 +137,7 @@ def test_step_row_from_sums():
     rollout = Rollout(group_size=2, prompt_ids=[[1], [2]],
                       completions=[Completion("", [1] * n, n == 4) for n in (2, 4, 3, 3)],
                       rewards=[1.0, 0.0, None, 0.5], reward_values={"m": [1.0, 0.0, None, 1.0]},
-                      reward_errors=1, rounds=2, reward_names=["m"])
+                      reward_errors=1, rounds=2)
     sums = rollout_sums(rollout)
     assert sums["len_max"] == 4 and sums["truncated"] == 1 and sums["reward/m/n"] == 3
     update = {"loss": 0.25, "kl": 2.0, "entropy": 6.0, "clip_low": 1.0, "clip_high": 0.0, "tokens": 12.0,
