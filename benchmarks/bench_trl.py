@@ -54,10 +54,10 @@ MODEL = "smollm2-135m-instruct"
 # The task and prompt, fixed here (tasks/demo.yaml may change under us).
 TASK = "arithmetic"
 TASK_OPTIONS = {"size": 4000, "max_operand": 20, "operations": "+-", "terms": 2}
-# str.format templates over a row, as in a recipe ({{ }} are literal braces).
+# Prompt templates over a row, as in a recipe ({{column}} fields, other braces literal).
 SYSTEM = "Reply with only the number."
 EXTRACT = "auto"  # the math reward reads the last number when there is no boxed/tagged answer
-TEMPLATE = "{question}"
+TEMPLATE = "{{question}}"
 POLL_S = 2.0  # reading smaps (PSS) of a vLLM process costs CPU: poll sparingly
 
 
@@ -260,6 +260,7 @@ def trl_worker(a: argparse.Namespace) -> None:
     from rlvr.models import resolve_model
     from rlvr.plugins import load_registry
     from rlvr.recipe import PromptConfig, data_dir
+    from rlvr.template import render
     from rlvr.rewards import completion_text
 
     registry = load_registry()
@@ -269,7 +270,7 @@ def trl_worker(a: argparse.Namespace) -> None:
     records = []
     for i in order:
         row = rows[i]
-        messages = [{"role": "system", "content": SYSTEM.format(**row)}, {"role": "user", "content": TEMPLATE.format(**row)}]
+        messages = [{"role": "system", "content": render(SYSTEM, row)}, {"role": "user", "content": render(TEMPLATE, row)}]
         records.append({"prompt": messages, "answer": row["answer"]})
     model_path = resolve_model(MODEL)
     tokenizer = AutoTokenizer.from_pretrained(model_path)

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from . import RlvrError
+from .template import render
 
 
 @dataclass(frozen=True)
@@ -20,10 +21,10 @@ class Prompt:
 
 
 def render_prompt(tokenizer, prompt_cfg, row: dict) -> list[int]:
-    """Prompt token ids: ``system`` and ``template`` are str.format-ed over the row's columns,
+    """Prompt token ids: ``{{column}}`` fields of ``system`` and ``template`` filled from the row,
     then wrapped in the tokenizer's chat template (unless the recipe turns it off)."""
-    user = prompt_cfg.template.format(**row)
-    system = prompt_cfg.system.format(**row) if prompt_cfg.system else None
+    user = render(prompt_cfg.template, row)
+    system = render(prompt_cfg.system, row) if prompt_cfg.system else None
     if not prompt_cfg.chat_template or tokenizer.chat_template is None:
         text = (system + "\n\n" if system else "") + user
         return tokenizer(text, add_special_tokens=True)["input_ids"]

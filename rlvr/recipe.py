@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import inspect
 import os
-import string
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Iterable, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from . import RlvrError
 from .plugins import Registry, did_you_mean
+from .template import fields
 
 
 class Strict(BaseModel):
@@ -41,10 +41,12 @@ class DataConfig(Strict):
 
 
 class PromptConfig(Strict):
-    # str.format fields name dataset columns, e.g. "{question}"; write {{ and }} for literal braces.
+    # {{column}} fields over the task's columns; every other brace is literal (rlvr/template.py).
     template: str
     system: str | None = None
     chat_template: bool = True
+    # Columns a reward checks against (its gold answer) that the prompt may show all the same.
+    gold_in_prompt: list[str] = Field(default_factory=list)
 
 
 class RewardEntry(Strict):
@@ -233,23 +235,15 @@ class Recipe(Strict):
         return self.eval.split or self.data.eval_split
 
 
-def template_fields(prompt: PromptConfig) -> set[str]:
-    """Dataset columns a prompt's templates refer to."""
-    fields = set()
-    for text in (prompt.template, prompt.system or ""):
+def template_fields(prompt: PromptConfig, columns: Iterable[str] | None = None) -> set[str]:
+    """Dataset columns a prompt's system text and template refer to (``{{column}}``)."""
+    found = set()
+    for where, text in (("template", prompt.template), ("system", prompt.system or "")):
         try:
-            parsed = [f for _, f, _, _ in string.Formatter().parse(text) if f is not None]
-        except ValueError as exc:
-            raise RlvrError(f"prompt {text[:40]!r}...: {exc} (write {{{{ and }}}} for literal braces)") from None
-        for name in parsed:
-            root = name.split(".")[0].split("[")[0]
-            if not root or root.isdigit():
-                raise RlvrError(
-                    f"prompt has a bare {{{name}}}: fields name dataset columns, e.g. {{question}}; "
-                    f"write {{{{ and }}}} for literal braces, e.g. \\boxed{{{{}}}}"
-                )
-            fields.add(root)
-    return fields
+            found.update(fields(text, columns))
+        except RlvrError as exc:
+            raise RlvrError(f"prompt.{where}: {exc}") from None
+    return found
 
 
 ModelConfig.model_rebuild()
@@ -368,12 +362,7 @@ def _check_task(registry: Registry, ref: TaskRef, prompt: PromptConfig, splits: 
                 f"task {task.name!r} has no split {split!r}{did_you_mean(split, task.splits)}; "
                 f"it has: {', '.join(task.splits)}"
             )
-    missing = sorted(template_fields(prompt) - columns)
-    if missing:
-        raise RlvrError(
-            f"{where}prompt template uses {{{missing[0]}}} but task {task.name!r} has no such column"
-            f"{did_you_mean(missing[0], columns)}; columns: {', '.join(sorted(columns))}"
-        )
+    _check_prompt(registry, task, prompt, recipe, where)
     for name, entry in recipe.rewards.items():
         spec = registry.reward(name)
         for option in entry.options:
@@ -392,6 +381,41 @@ def _check_task(registry: Registry, ref: TaskRef, prompt: PromptConfig, splits: 
                     f"reward {name!r} needs column {column!r} but task {task.name!r} has only: "
                     f"{', '.join(sorted(columns))} (map one with rewards.{name}.columns.{param})"
                 )
+
+
+def _check_prompt(registry: Registry, task, prompt: PromptConfig, recipe: Recipe, where: str) -> None:
+    """Fields name the task's columns, the template has one, and no reward's gold is shown."""
+    columns = set(task.columns)
+    used = template_fields(prompt, columns)
+    missing = sorted(used - columns)
+    if missing:
+        raise RlvrError(
+            f"{where}prompt uses {{{{{missing[0]}}}}} but task {task.name!r} has no such column"
+            f"{did_you_mean(missing[0], columns)}; columns: {', '.join(sorted(columns))}"
+        )
+    if not fields(prompt.template):
+        raise RlvrError(f"{where}prompt.template has no {{{{column}}}} field: every prompt would be the same "
+                        f"(columns: {', '.join(sorted(columns))})")
+    gold = {}
+    for name, entry in recipe.rewards.items():
+        for param in gold_columns(registry.reward(name)):
+            gold.setdefault(entry.columns.get(param, param), name)
+    allowed = set(prompt.gold_in_prompt)
+    for column in sorted(allowed - set(gold)):
+        raise RlvrError(f"{where}prompt.gold_in_prompt: {column!r} is not a gold column of the recipe's rewards"
+                        f" (gold: {', '.join(sorted(gold)) or 'none'})")
+    for column in sorted(used & set(gold) - allowed):
+        raise RlvrError(
+            f"{where}prompt shows {{{{{column}}}}}, the gold answer reward {gold[column]!r} checks against: "
+            f"the model would be trained with the answer in its prompt; if that is intended, "
+            f"add it to {where}prompt.gold_in_prompt"
+        )
+
+
+def gold_columns(spec) -> tuple[str, ...]:
+    """Columns a reward reads as its answer key: what it declares, else its required columns."""
+    declared = getattr(spec, "gold", None)
+    return tuple(declared) if declared is not None else tuple(spec.columns)
 
 
 def _check_task_options(task, options: dict, where: str) -> None:

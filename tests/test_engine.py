@@ -25,7 +25,7 @@ METRIC_KEYS = {
 RECIPE = """
 name: tiny
 task: {{name: arithmetic, options: {{size: 64}}}}
-prompt: {{template: "{{question}}", system: "Answer in \\\\boxed{{{{}}}}."}}
+prompt: {{template: "{{{{question}}}}", system: "Answer in \\\\boxed{{}}."}}
 rewards:
   even_tokens: 1.0
 model: {{name: {model}}}

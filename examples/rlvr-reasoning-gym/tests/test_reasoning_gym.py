@@ -206,7 +206,7 @@ def test_arc_boards_survive_the_round_trip():
 def write_recipe(path, dataset_line):
     path.write_text(
         "task:\n  name: reasoning_gym\n  options: {" + dataset_line + ", size: 20}\n"
-        'prompt: {template: "{question}"}\n'
+        'prompt: {template: "{{question}}"}\n'
         "rewards: {reasoning_gym: 1.0}\n"
         "sampling: {num_generations: 2}\n"
         "trainer: {rollout_batch_size: 4, micro_batch_size: 2}\n"
