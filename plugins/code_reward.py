@@ -15,6 +15,9 @@ A record is scored by the first of these test forms it carries:
   ``check(candidate)`` is called with the candidate's function.
 - ``test`` alone: assert code that names the program's functions.
 
+Each record is read on its own, so one batch may mix HumanEval, MBPP and stdin/stdout records
+(a column a record lacks is ``None`` for it).
+
 Markdown fences are stripped from completions. The value is 1.0 when every test
 passes, else 0.0; with ``partial=True`` it is the fraction of asserts (or io
 cases) that passed. ``None`` when the record has no tests or its tests are
@@ -28,7 +31,9 @@ from __future__ import annotations
 import ast
 import json
 import re
-from typing import Any
+from typing import Annotated, Any, Literal
+
+from annotated_types import Ge, Gt, Le
 
 from rlvr import RlvrError, Score, hookimpl
 from rlvr.rewards import completion_text
@@ -36,6 +41,8 @@ from rlvr.rewards import completion_text
 from .sandbox import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT, ISOLATION_LEVELS, Job, Result, get_sandbox
 
 __all__ = ["code_reward", "extract_code", "rlvr_register_rewards"]
+
+Isolation = Literal["bwrap", "process"]  # the sandbox's ISOLATION_LEVELS, as the option's choices
 
 
 @hookimpl
@@ -45,6 +52,7 @@ def rlvr_register_rewards(register: Any) -> None:
         code_reward,
         description="Python code run against HumanEval/MBPP asserts or stdin/stdout cases in a bubblewrap sandbox; "
         "1.0 if all tests pass (partial=True: fraction passed)",
+        gold=("test", "test_list", "io_tests"),  # the prompt may show `prompt`, `entry_point`, setup code
     )
 
 
@@ -59,9 +67,9 @@ def code_reward(
     test_list: list[Any] | None = None,
     test_setup_code: list[Any] | None = None,
     io_tests: list[Any] | None = None,
-    timeout: float = DEFAULT_TIMEOUT,
-    memory_mb: int = DEFAULT_MEMORY_MB,
-    isolation: str = "bwrap",
+    timeout: Annotated[float, Gt(0), Le(3600)] = DEFAULT_TIMEOUT,
+    memory_mb: Annotated[int, Ge(64)] = DEFAULT_MEMORY_MB,
+    isolation: Isolation = "bwrap",
     partial: bool = False,
 ) -> list[Score]:
     if isolation not in ISOLATION_LEVELS:
@@ -82,7 +90,9 @@ def code_reward(
         try:
             made = _make_job(
                 completion=completion_text(completion),
-                prompt_text=_at(prompt, i) if prompt is not None else _at(prompts, i),
+                # The record's own ``prompt`` column (HumanEval's code prompt), else the prompt it was
+                # sampled from: per record, since a batch may mix records with and without one.
+                prompt_text=_first_present(_at(prompt, i), _at(prompts, i)),
                 test=_at(test, i),
                 entry_point=_at(entry_point, i),
                 test_list=_at(test_list, i),
@@ -131,6 +141,10 @@ def _score(result: Result, form: str, partial: bool, limits: str) -> Score:
 
 class _Unscorable(Exception):
     """The record's tests are malformed."""
+
+
+def _first_present(*values: Any) -> Any:
+    return next((v for v in values if v is not None), None)
 
 
 def _at(column: Any, i: int) -> Any:

@@ -23,14 +23,15 @@ enabled check to true/false and ``info["why"]`` explains the failures.
 from __future__ import annotations
 
 import re
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence, get_args
 
 from rlvr import RlvrError, Score, hookimpl
 from rlvr.rewards import completion_text
 
 __all__ = ["format_reward", "check_format", "rlvr_register_rewards"]
 
-BOXED_MODES = ("one", "any", "none")
+BoxedMode = Literal["one", "any", "none"]
+BOXED_MODES = get_args(BoxedMode)
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _BRACE_RE = re.compile(r"\\.|[{}]", re.DOTALL)
@@ -147,7 +148,7 @@ def format_reward(
     completion_ids: Sequence[Any] | None,
     *,
     think: bool = False,
-    boxed: str = "one",
+    boxed: BoxedMode = "one",
     answer_tag: bool = False,
     trailing_text: bool = True,
     partial: bool = True,

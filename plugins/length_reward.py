@@ -7,11 +7,22 @@ both are pure functions in ``rlvr.algo``.
 
 from __future__ import annotations
 
+from typing import Annotated
+
+from annotated_types import Ge
+
 from rlvr import Score, hookimpl
 from rlvr.algo import soft_overlong_penalty
 
 
-def overlong(prompts, completions, completion_ids, *, max_len: int = 1024, cache_len: int = 256):
+def overlong(
+    prompts,
+    completions,
+    completion_ids,
+    *,
+    max_len: Annotated[int, Ge(1)] = 1024,
+    cache_len: Annotated[int, Ge(0)] = 256,  # at most max_len (checked when scoring)
+):
     """DAPO soft overlong punishment on response tokens: 0, then linear to -1 at max_len."""
     out = []
     for ids in completion_ids:

@@ -1,12 +1,13 @@
 """The ``rlvr`` command. Light at import: torch, vLLM and DeepSpeed load only inside
-``train``, ``eval`` and ``model pull``; bad input exits 2 with one line, no traceback."""
+``train``, ``eval`` and ``model pull``; bad input (click's usage errors included) exits 2 with
+one line, no traceback. ``--output`` files are written through :mod:`rlvr.outputs`."""
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
-import tempfile
 from pathlib import Path
 
 import click
@@ -14,12 +15,58 @@ import click
 from . import RlvrError, __version__
 
 
+def _cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+# `score --workers 1000` once forked 1000 processes; more than 4 per CPU only adds contention.
+MAX_WORKERS = 4 * _cpus()
+MAX_BATCH_SIZE = 100_000
+
+
+class _Int(click.IntRange):
+    """click.IntRange, named "integer" in messages ("'x' is not a valid integer")."""
+
+    name = "integer"
+
+
+class _OneLineUsageError(click.ClickException):
+    """A click usage error (bad option value, unknown command) as our one line, exit 2."""
+
+    exit_code = 2
+
+    def __init__(self, error: click.UsageError):
+        super().__init__(error.format_message())
+        self.command_path = error.ctx.command_path if error.ctx else "rlvr"
+
+    def show(self, file=None) -> None:
+        message = " ".join(self.format_message().split())
+        click.echo(f"rlvr: error: {message} (see '{self.command_path} --help')", err=True)
+
+
+def _one_line_usage(fn):
+    """Run ``fn``; a usage error it raises becomes :class:`_OneLineUsageError` (bare ``rlvr``
+    still prints its help)."""
+    try:
+        return fn()
+    except click.exceptions.NoArgsIsHelpError:
+        raise
+    except click.UsageError as exc:
+        raise _OneLineUsageError(exc) from None
+
+
 class _Group(click.Group):
+    def make_context(self, info_name, args, parent=None, **extra):
+        return _one_line_usage(lambda: super(_Group, self).make_context(info_name, args, parent, **extra))
+
     def invoke(self, ctx):
         try:
-            return super().invoke(ctx)
+            return _one_line_usage(lambda: super(_Group, self).invoke(ctx))
         except RlvrError as exc:
-            click.echo(f"rlvr: error: {exc}", err=True)
+            click.echo(f"rlvr: error: {' '.join(str(exc).split())}", err=True)
             sys.exit(2)
         except KeyboardInterrupt:
             click.echo("rlvr: interrupted", err=True)
@@ -93,11 +140,21 @@ def tasks():
 
 @cli.command()
 def rewards():
-    """List registered rewards, one a line, with the plugin that supplies each."""
+    """List registered rewards: plugin, columns, optional columns, and options with their
+    defaults and the values they accept."""
     for spec in sorted(_registry().rewards.values(), key=lambda s: s.name):
-        cols = ", ".join(spec.columns) or "-"
-        opts = ", ".join(f"{k}={v!r}" for k, v in spec.options.items()) or "-"
-        click.echo(f"{spec.name:<12} {spec.plugin:<12} columns: {cols}  options: {opts}  - {spec.description}")
+        click.echo(f"{spec.name} (plugin {spec.plugin}): {spec.description or '-'}")
+        columns = ", ".join(spec.columns) or "-"
+        click.echo(f"  columns: {columns}{' + every other column (**kwargs)' if spec.accepts_any else ''}")
+        click.echo(f"  optional columns: {', '.join(spec.optional_columns) or '-'}")
+        if not spec.options:
+            click.echo("  options: -")
+            continue
+        click.echo("  options:")
+        shown = {name: f"{name} = {default!r}" for name, default in spec.options.items()}
+        width = max(map(len, shown.values()))
+        for name, option in spec.checker.options.items():
+            click.echo(f"    {shown[name]:<{width}}  {option.allowed}")
 
 
 @cli.command()
@@ -106,13 +163,14 @@ def rewards():
 @click.option("--data", is_flag=True, help="Also read the first rows of the train and eval splits (and, under "
               "data.max_prompt_tokens, measure every prompt).")
 def validate(recipes, overrides, profile, data):
-    """Check recipes fully (names, columns, batch shapes) without loading a model."""
-    from .recipe import data_dir, load_recipe, resolve
+    """Check recipes fully (names, columns, batch shapes) without loading a model.
+
+    Every variant is checked: the recipe as given and with each of its profiles."""
+    from .recipe import data_dir, recipe_profiles
 
     registry = _registry()
     for path in recipes:
-        recipe = load_recipe(path, list(overrides), profile)
-        resolve(recipe, registry)
+        recipe = _load_resolved(path, list(overrides), profile, registry)
         if data:
             from .recipe import peek_rows
 
@@ -122,17 +180,42 @@ def validate(recipes, overrides, profile, data):
 
                 for note in check_prompt_lengths(recipe, registry):
                     click.echo(f"{path}: {note}")
+        profiles = recipe_profiles(path)
+        for other in [None, *profiles]:
+            if other != profile:
+                _load_resolved(path, list(overrides), other, registry)
+        checked = f"; checked with profiles: {', '.join(profiles)}" if profiles else ""
         click.echo(f"{path}: ok ({recipe.task.name}, rewards: {', '.join(recipe.rewards)}, "
-                   f"{recipe.prompts_per_step} prompts x {recipe.sampling.num_generations} samples a step)")
+                   f"{recipe.prompts_per_step} prompts x {recipe.sampling.num_generations} samples a step{checked})")
+
+
+def _load_resolved(path, overrides: list[str], profile: str | None, registry, settings=None):
+    """load_recipe + resolve; a name that does not resolve is reported with the recipe's path and
+    profile (load_recipe's own errors already carry them)."""
+    from .recipe import load_recipe, resolve
+
+    recipe = load_recipe(path, overrides, profile, settings)
+    try:
+        resolve(recipe, registry)
+    except RlvrError as exc:
+        where = f"{path} (profile {profile!r})" if profile else str(path)
+        raise RlvrError(f"{where}: {exc}") from None
+    return recipe
 
 
 @cli.command()
 @click.option("--reward", "reward_name", required=True, help="A registered reward name.")
-@click.option("--input", "input_path", required=True, type=click.Path(dir_okay=False, path_type=Path))
-@click.option("--output", "output_path", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--input", "input_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="JSONL (or .jsonl.gz) records, each with 'completion' and the reward's columns.")
+@click.option("--output", "output_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="Where to write the scored records; '-' for stdout. A file is replaced only when all "
+              "went well; a FIFO or device is written to as a stream; a symlink is written through.")
 @click.option("--option", "options", multiple=True, metavar="KEY=VALUE", help="A reward option.")
-@click.option("--workers", type=int, default=None, help="Worker processes for rewards that take them.")
-@click.option("--batch-size", type=int, default=256, show_default=True)
+@click.option("--workers", type=_Int(1, MAX_WORKERS), default=None,
+              help=f"Worker processes for rewards that take them: 1 to {MAX_WORKERS} (4 per CPU here); "
+              "default: the reward's own choice.")
+@click.option("--batch-size", type=_Int(1, MAX_BATCH_SIZE), default=256, show_default=True,
+              help=f"Records per reward call: 1 to {MAX_BATCH_SIZE}.")
 def score(reward_name, input_path, output_path, options, workers, batch_size):
     """Score completions in a JSONL file with one reward.
 
@@ -140,67 +223,110 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
     same records in the same order, with ``reward`` (null when unscorable) and ``reward_info``.
     """
     from .data import read_jsonl
-    from .plugins import did_you_mean
+    from .outputs import open_output, same_file, signals_remove_temporaries
     from .recipe import parse_overrides
     from .rewards import BoundReward, score_batch
 
     spec = _registry().reward(reward_name)
+    for pair in options:
+        if "=" not in pair or not pair.partition("=")[0].strip():
+            raise RlvrError(f"--option expects KEY=VALUE (e.g. timeout=5), got {pair!r}")
     opts = dict(parse_overrides(list(options)))
-    for key in opts:
-        if key not in spec.options:
-            raise RlvrError(f"reward {reward_name!r} has no option {key!r}{did_you_mean(key, spec.options)}")
     if workers is not None:
         if "workers" not in spec.options:
             raise RlvrError(f"reward {reward_name!r} does not take --workers")
         opts["workers"] = workers
-    if not input_path.is_file():
+    # Names, types, choices and ranges from the reward's signature, before any input is read.
+    opts = spec.check_options(opts)
+    if not input_path.exists():
         raise RlvrError(f"input not found: {input_path}")
-    if input_path.resolve() == output_path.resolve():
+    if input_path.is_dir():
+        raise RlvrError(f"--input {input_path} is a folder, not a JSONL file")
+    if same_file(input_path, output_path):
         raise RlvrError("--output must differ from --input")
     reward = BoundReward(spec, 1.0, opts)
-    output_path.parent.mkdir(parents=True, exist_ok=True)
-    # Write beside the target and rename at the end: a failed run leaves the old output intact.
-    fd, tmp = tempfile.mkstemp(prefix=f".{output_path.name}.", dir=output_path.parent)
-    count = scored = 0
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            batch: list[dict] = []
+    count = scored = stringified = 0
+    # open_output writes a regular file beside the target and renames it at the end: a failure
+    # or a signal leaves the old output as it was (rlvr.outputs); a FIFO or device is streamed to.
+    with signals_remove_temporaries(), open_output(output_path) as out:
+        batch: list[dict] = []
 
-            def flush():
-                nonlocal scored
-                for i, row in enumerate(batch):
-                    if not isinstance(row.get("completion"), str):
-                        raise RlvrError(f"{input_path}: record {count - len(batch) + i + 1} has no string 'completion'")
+        def flush():
+            nonlocal scored, stringified
+            first = count - len(batch) + 1  # the number of batch[0] in the whole input
+            for i, row in enumerate(batch):
+                if not isinstance(row.get("completion"), str):
+                    raise RlvrError(f"{input_path}: record {first + i} has no string 'completion'")
+            try:
                 result = score_batch(
                     [reward],
                     [str(r.get("prompt", "")) for r in batch],
                     [r["completion"] for r in batch],
                     [r.get("completion_ids") for r in batch],
                     batch,
+                    first_record=first,
                 )
-                for row, value, info in zip(batch, result.values[reward_name], result.infos[reward_name]):
-                    out.write(json.dumps({**row, "reward": value, "reward_info": info}, ensure_ascii=False) + "\n")
-                    scored += value is not None
-                batch.clear()
+            except RlvrError as exc:  # a missing column: "record N: ..."
+                raise RlvrError(f"{input_path}: {exc}") from None
+            for row, value, info in zip(batch, result.values[reward_name], result.infos[reward_name]):
+                line, changed = _json_line({**row, "reward": value, "reward_info": info})
+                out.write(line)
+                scored += value is not None
+                stringified += changed
+            batch.clear()
 
-            for row in read_jsonl(input_path):
-                batch.append(row)
-                count += 1
-                if len(batch) >= batch_size:
-                    flush()
-            if batch:
+        for row in read_jsonl(input_path):
+            batch.append(row)
+            count += 1
+            if len(batch) >= batch_size:
                 flush()
-        os.replace(tmp, output_path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    click.echo(f"scored {scored}/{count} records with {reward_name!r} -> {output_path}", err=True)
+        if batch:
+            flush()
+    if stringified:
+        click.echo(f"rlvr: note: the reward_info of {stringified} records held values that are not JSON; "
+                   "they were written as strings", err=True)
+    where = "stdout" if str(output_path) == "-" else output_path
+    click.echo(f"scored {scored}/{count} records with {reward_name!r} -> {where}", err=True)
+
+
+def _json_line(record: dict) -> tuple[str, bool]:
+    """One JSONL line, and whether values that JSON cannot hold had to be converted.
+
+    A third-party reward may put anything in its ``Score.info``; its scores are kept and such
+    values are written as strings (a non-finite float as "nan"/"inf", other objects as str()),
+    numpy-like scalars as the number they hold, rather than losing the whole run to a TypeError.
+    """
+    try:
+        return json.dumps(record, ensure_ascii=False, allow_nan=False) + "\n", False
+    except (TypeError, ValueError):
+        return json.dumps(_jsonable(record), ensure_ascii=False, allow_nan=False) + "\n", True
+
+
+def _jsonable(value):
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, dict):
+        return {k if isinstance(k, str) else str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    item = getattr(value, "item", None)  # numpy and torch scalars
+    if callable(item):
+        try:
+            plain = item()
+        except Exception:  # noqa: BLE001 - an array, or anything else: fall back to str
+            plain = value
+        if plain is not value and isinstance(plain, (bool, int, float)):
+            return _jsonable(plain)
+    return str(value)
 
 
 @cli.command()
 @click.argument("recipe")
 @_recipe_options
-@click.option("--max-steps", type=int, default=None, help="Stop after this many steps (overrides trainer.steps).")
+@click.option("--max-steps", type=_Int(min=1), default=None,
+              help="Stop after this many steps (overrides trainer.steps).")
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --output-dir.")
 @click.option("--model", default=None, help="Model to train (hub id, folder, or alias).")
@@ -208,51 +334,64 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
               "(always kept in OUTPUT_DIR/train.log).")
 def train(recipe, overrides, profile, max_steps, output_dir, resume, model, verbose):
     """Train a model on a recipe with RLOO."""
-    from .recipe import load_recipe, resolve
+    from .outputs import check_folder_target
 
-    overrides = list(overrides)
-    if model:
-        overrides.append(f"model.name={model}")
+    settings = []  # taken as given, not read as YAML: `--model 1e3` is a name
+    if model is not None:
+        settings.append(("model.name", model))
     if max_steps is not None:
-        if max_steps < 1:
-            raise RlvrError("--max-steps must be at least 1")
-        overrides.append(f"trainer.steps={max_steps}")
-    rec = load_recipe(recipe, overrides, profile)
+        settings.append(("trainer.steps", max_steps))
     registry = _registry()
-    resolve(rec, registry)
+    rec = _load_resolved(recipe, list(overrides), profile, registry, settings)
     output_dir = output_dir or Path("runs") / rec.name
+    check_folder_target(output_dir, "--output-dir")
     from .engine import train as run_training
 
     run_training(rec, registry, output_dir, resume=resume, verbose=verbose)
 
 
+def _parse_ks(text: str) -> list[int]:
+    """``--k 1,4,8`` as [1, 4, 8]; anything else is a one-line error."""
+    ks = []
+    for part in text.split(","):
+        try:
+            k = int(part.strip())
+        except ValueError:
+            raise RlvrError(f"--k expects comma-separated positive integers, e.g. 1,4,8; got {text!r}") from None
+        if k < 1:
+            raise RlvrError(f"--k: each k must be at least 1, got {k}")
+        ks.append(k)
+    return ks
+
+
 @cli.command(name="eval")
 @click.argument("recipe")
 @click.option("--model", default=None, help="Model to evaluate (hub id, folder, or alias).")
-@click.option("--split", default=None)
-@click.option("--limit", type=int, default=None)
+@click.option("--split", default=None, help="Split to evaluate on (default: the recipe's eval split).")
+@click.option("--limit", type=_Int(min=1), default=None, help="Evaluate on the first N problems.")
 @click.option("--k", "ks", default=None, help="Comma-separated k for pass@k, e.g. 1,4,8.")
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @_recipe_options
 def eval_cmd(recipe, model, split, limit, ks, output_dir, overrides, profile):
     """Evaluate a model on a recipe's eval split: pass@1, pass@k, maj@k."""
-    from .recipe import load_recipe, resolve
+    from .outputs import check_folder_target
 
-    overrides = list(overrides)
-    if model:
-        overrides.append(f"model.name={model}")
-    if split:
-        overrides.append(f"eval.split={split}")
+    settings = []  # taken as given, not read as YAML: `--split 2024` is a split name
+    if model is not None:
+        settings.append(("model.name", model))
+    if split is not None:
+        settings.append(("eval.split", split))
     if limit is not None:
-        overrides.append(f"eval.limit={limit}")
-    if ks:
-        overrides.append(f"eval.k=[{ks}]")
-    rec = load_recipe(recipe, overrides, profile)
+        settings.append(("eval.limit", limit))
+    if ks is not None:
+        settings.append(("eval.k", _parse_ks(ks)))
     registry = _registry()
-    resolve(rec, registry)
+    rec = _load_resolved(recipe, list(overrides), profile, registry, settings)
+    output_dir = output_dir or Path("runs") / f"eval-{rec.name}"
+    check_folder_target(output_dir, "--output-dir")
     from .evaluate import evaluate
 
-    evaluate(rec, registry, output_dir or Path("runs") / f"eval-{rec.name}")
+    evaluate(rec, registry, output_dir)
 
 
 @cli.group()
@@ -271,12 +410,18 @@ def pull(name):
 
 @cli.command()
 @click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Image to write (default RUN_DIR/curves.png; its suffix picks the format, e.g. .svg; "
+              "'-': PNG to stdout). A file is replaced only when the image is complete.")
 def plot(run_dir, output):
     """Write a PNG of reward, KL and length curves from RUN_DIR/metrics.jsonl."""
+    from .outputs import signals_remove_temporaries
     from .plotting import plot_metrics
 
-    click.echo(str(plot_metrics(run_dir, output)))
+    with signals_remove_temporaries():
+        written = plot_metrics(run_dir, output)
+    if str(written) != "-":
+        click.echo(str(written))
 
 
 def main():

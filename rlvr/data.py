@@ -14,19 +14,36 @@ from . import RlvrError
 
 
 def read_jsonl(path: str | Path) -> Iterator[dict]:
+    """The JSON objects of a JSONL file (``.gz``: gzip), skipping blank lines.
+
+    Lines are decoded one at a time, so bad bytes, bad JSON and non-objects are all reported
+    with their line number, as one-line ``RlvrError``s; so are unreadable files.
+    """
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for number, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise RlvrError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-            if not isinstance(row, dict):
-                raise RlvrError(f"{path}:{number}: each line must be a JSON object")
-            yield row
+    try:
+        with opener(path, "rb") as f:
+            for number, raw in enumerate(f, 1):
+                try:
+                    line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+                except UnicodeDecodeError as exc:
+                    raise RlvrError(
+                        f"{path}:{number}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+                    ) from None
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise RlvrError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
+                except RecursionError:
+                    raise RlvrError(f"{path}:{number}: JSON nested too deeply") from None
+                if not isinstance(row, dict):
+                    raise RlvrError(f"{path}:{number}: each line must be a JSON object")
+                yield row
+    except (OSError, EOFError) as exc:  # unreadable, a folder, a corrupt or cut-short .gz
+        why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise RlvrError(f"{path}: cannot read: {why}") from None
 
 
 def hub_reachable(timeout: float = 3.0) -> bool:

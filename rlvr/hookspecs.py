@@ -23,7 +23,13 @@ hookspec = pluggy.HookspecMarker("rlvr")
 class RegisterReward(Protocol):
     """The ``register`` that ``rlvr_register_rewards`` receives."""
 
-    def __call__(self, name: str, fn: Callable[..., Any], description: str | None = None) -> None: ...
+    def __call__(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        description: str | None = None,
+        gold: Iterable[str] | None = None,
+    ) -> None: ...
 
 
 class RegisterTask(Protocol):
@@ -41,7 +47,7 @@ class RegisterTask(Protocol):
 
 @hookspec
 def rlvr_register_rewards(register: RegisterReward) -> None:
-    """Register reward functions: call ``register(name, fn, description=None)`` once for each.
+    """Register reward functions: call ``register(name, fn, description=None, gold=None)`` once for each.
 
     Called each time the host loads its registry; a name registered twice fails, naming both plugins.
 
@@ -60,10 +66,17 @@ def rlvr_register_rewards(register: RegisterReward) -> None:
         Each column arrives as a list, one value per completion; a recipe maps a task's
         differently named column onto a parameter with ``rewards.NAME.columns``. ``fn`` returns one
         ``float | None | rlvr.Score`` per completion and may be ``async``. ``None`` means
-        "cannot score this one": it is left out of the baseline and counted. A reward that
-        raises (or returns the wrong number of values) yields ``None`` for its whole batch;
-        the failure is logged with its name and counted, and training goes on.
+        "cannot score this one": it is left out of the baseline and counted. An optional column
+        is ``None`` for the records that lack it. When a call on a batch raises (or returns the
+        wrong number of values), each record is scored alone, so only the records whose own call
+        fails get ``None``; they are logged with the reward's name and counted, and training goes
+        on. Options are checked from their annotations (``Literal[...]``, ``Annotated`` ranges;
+        see docs/hooks.md) by ``rlvr validate``, ``train``, ``eval`` and ``score``.
     :param description: One line for ``rlvr rewards``; default: the first line of ``fn``'s docstring.
+    :param gold: The columns ``fn`` checks against as the answer key (``answer``, unit tests).
+        ``rlvr validate`` refuses a recipe whose prompt shows one of them unless the recipe lists
+        it in ``prompt.gold_in_prompt``. Default ``None``: every required column is gold; ``()``
+        for a reward whose columns are all part of the problem statement.
     """
 
 

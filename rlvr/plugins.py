@@ -7,18 +7,18 @@ tasks and rewards and returns what they registered, with who registered it.
 
 from __future__ import annotations
 
-import difflib
 import importlib.metadata as md
 import inspect
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 import pluggy
 
 from . import RlvrError, hookspecs
 from .hookspecs import RegisterReward, RegisterTask
+from .options import OptionChecker, did_you_mean, option_checker
 
 PROJECT = "rlvr"
 ENTRY_POINT_GROUP = "rlvr"
@@ -35,26 +35,66 @@ def _allow_list() -> set[str] | None:
 
 
 def get_plugin_manager(load_entry_points: bool = True) -> pluggy.PluginManager:
-    """A new manager with the hook specs added and the ``rlvr`` entry points loaded."""
+    """A new manager with the hook specs added and the ``rlvr`` entry points loaded.
+
+    A plugin that fails to import, or whose hooks do not match the specs (a misspelt hook name,
+    a wrong argument), stops every command that loads plugins with one line naming the plugin
+    and the fix: a plugin the user installed but silently ignored would look like our bug later
+    ("unknown reward"). ``RLVR_LOAD_PLUGINS`` leaves it out.
+    """
     pm = pluggy.PluginManager(PROJECT)
     pm.add_hookspecs(hookspecs)
     if load_entry_points:
         allowed = _allow_list()
         names = sorted({ep.name for ep in md.entry_points(group=ENTRY_POINT_GROUP)})
+        for wanted in sorted(allowed or ()):
+            if wanted not in names:
+                raise RlvrError(
+                    f"RLVR_LOAD_PLUGINS names {wanted!r}, which is not an installed plugin"
+                    f"{did_you_mean(wanted, names)}; installed: {', '.join(names) or 'none'}"
+                )
         for name in names:
             if allowed is not None and name not in allowed:
                 continue
             try:
                 pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=name)
+            except pluggy.PluginValidationError as exc:
+                raise RlvrError(
+                    f"plugin {name!r} does not fit rlvr's hooks: {_one_line(str(exc))}; "
+                    "fix the plugin or leave it out with RLVR_LOAD_PLUGINS"
+                ) from exc
             except Exception as exc:  # a broken third-party plugin must not look like our bug
                 raise RlvrError(
                     f"plugin {name!r} (entry point group {ENTRY_POINT_GROUP!r}) failed to load: "
-                    f"{type(exc).__name__}: {exc}; disable it with RLVR_LOAD_PLUGINS"
+                    f"{type(exc).__name__}: {_one_line(str(exc))}; disable it with RLVR_LOAD_PLUGINS"
                 ) from exc
+        check_hook_names(pm)
     pm.check_pending()
     if os.environ.get("RLVR_TRACE_PLUGINS"):
         _trace(pm)
     return pm
+
+
+def check_hook_names(pm: pluggy.PluginManager) -> None:
+    """pluggy's ``check_pending`` as one ``RlvrError`` line: the plugin, the unknown hook, the
+    hook it probably meant."""
+    specs = sorted(name for name in dir(hookspecs) if name.startswith("rlvr_"))
+    for name in list(vars(pm.hook)):
+        caller = getattr(pm.hook, name)
+        if name.startswith("_") or caller.has_spec():
+            continue
+        for impl in caller.get_hookimpls():
+            if not impl.optionalhook:
+                raise RlvrError(
+                    f"plugin {pm.get_name(impl.plugin) or impl.plugin_name!r} implements {name!r}, "
+                    f"which is not an rlvr hook{did_you_mean(name, specs)}; hooks: {', '.join(specs)}; "
+                    "fix the plugin or leave it out with RLVR_LOAD_PLUGINS"
+                )
+
+
+def _one_line(text: str, limit: int = 300) -> str:
+    text = " ".join(text.split()) or "(no message)"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _trace(pm: pluggy.PluginManager) -> None:
@@ -85,9 +125,29 @@ class RewardSpec:
     plugin: str
     version: str
     columns: tuple[str, ...]  # required dataset columns
-    optional_columns: tuple[str, ...]  # keyword-only, default None: filled when the row has them
+    optional_columns: tuple[str, ...]  # keyword-only, default None: a record's value, or None where it has none
     options: dict[str, Any]  # keyword-only with a non-None default: settable from a recipe
     accepts_any: bool  # has **kwargs: gets every column
+    # Columns it checks against as the answer key (the prompt must not show them); None: the required ones.
+    gold: tuple[str, ...] | None = None
+    # Built once from fn's annotations (rlvr.options); built here when not given. Raises TypeError
+    # for an annotation it cannot resolve or check (the registrar names the plugin).
+    checker: OptionChecker | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.checker is None:
+            object.__setattr__(self, "checker", option_checker(self.name, self.fn, self.options))
+
+    @property
+    def gold_columns(self) -> tuple[str, ...]:
+        """The parameters a prompt must not show (before a recipe's column mapping)."""
+        return self.columns if self.gold is None else self.gold
+
+    def check_options(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """``values`` checked against the reward's options (converted, only those given); raises
+        ``RlvrError`` with one line naming the reward, the option and what it accepts."""
+        assert self.checker is not None
+        return self.checker.check(values)
 
 
 @dataclass(frozen=True)
@@ -111,11 +171,6 @@ class Registry:
 
     def task(self, name: str) -> TaskSpec:
         return _lookup(self.tasks, name, "task")
-
-
-def did_you_mean(name: str, choices: Iterable[str]) -> str:
-    close = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.5)
-    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _lookup(table: dict, name: str, kind: str):
@@ -173,15 +228,24 @@ def load_registry(pm: pluggy.PluginManager | None = None) -> Registry:
 
     # The callbacks plugins receive: their signatures are the hookspecs' Protocols (tested).
     def reward_registrar(plugin: str, version: str) -> RegisterReward:
-        def register(name: str, fn: Callable[..., Any], description: str | None = None) -> None:
+        def register(
+            name: str, fn: Callable[..., Any], description: str | None = None, gold: Iterable[str] | None = None
+        ) -> None:
             _check_name(name, "reward", registry.rewards, plugin)
             try:
                 columns, optional, options, accepts_any = reward_signature(fn)
+                if gold is not None:
+                    gold = (gold,) if isinstance(gold, str) else tuple(gold)
+                    unknown = [c for c in gold if c not in columns + optional and not accepts_any]
+                    if unknown:
+                        raise ValueError(f"gold column {unknown[0]!r} is not one of its columns")
+                spec = RewardSpec(
+                    name, fn, _describe(fn, description), plugin, version, columns, optional, options, accepts_any,
+                    gold,
+                )
             except (TypeError, ValueError) as exc:
                 raise RlvrError(f"plugin {plugin!r}: reward {name!r}: {exc}") from exc
-            registry.rewards[name] = RewardSpec(
-                name, fn, _describe(fn, description), plugin, version, columns, optional, options, accepts_any
-            )
+            registry.rewards[name] = spec
 
         return register
 

@@ -7,9 +7,11 @@ name and checks every number before any model is touched.
 from __future__ import annotations
 
 import inspect
+import math
 import os
+import re
 from pathlib import Path
-from typing import Any, Iterable, Literal
+from typing import Any, Iterable, Iterator, Literal, Mapping
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -20,7 +22,8 @@ from .template import fields
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # allow_inf_nan=False: "nan" or "1e999" in a float field is refused, not trained with.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class TaskRef(Strict):
@@ -62,6 +65,25 @@ class ModelConfig(Strict):
     gradient_checkpointing: bool = False
     lora: LoraConfig | None = None
 
+    @field_validator("name")
+    @classmethod
+    def _local_folder_exists(cls, value: str) -> str:
+        # Checked here, not when the model loads minutes later. Aliases and hub ids (org/name)
+        # are not paths and need no network to pass.
+        if not value.strip():
+            raise ValueError("empty model name: give an alias, a hub id (org/name) or a folder")
+        if looks_like_path(value) and not os.path.isdir(os.path.expanduser(value)):
+            raise ValueError(
+                f"no model folder at {value!r} (a name starting with /, ./, ../ or ~, or with more "
+                "than one /, is a local folder; hub ids look like org/name)"
+            )
+        return value
+
+
+def looks_like_path(name: str) -> bool:
+    """A model name that can only be a local folder: hub ids are ``name`` or ``org/name``."""
+    return name.startswith(("/", "./", "../", "~")) or name in (".", "..") or name.count("/") > 1
+
 
 class LoraConfig(Strict):
     r: int = Field(default=16, ge=1)
@@ -87,7 +109,8 @@ class SamplingConfig(Strict):
 
 
 class ClipConfig(Strict):
-    eps_low: float = Field(default=0.2, ge=0)
+    # The ratio is clipped to [1 - eps_low, 1 + eps_high]: eps_low >= 1 leaves no lower bound.
+    eps_low: float = Field(default=0.2, ge=0, lt=1)
     eps_high: float = Field(default=0.28, ge=0)
 
 
@@ -199,6 +222,10 @@ class Recipe(Strict):
     def _some_rewards(cls, value: dict) -> dict:
         if not value:
             raise ValueError("name at least one reward")
+        if all(entry.weight == 0 for entry in value.values()):
+            raise ValueError(
+                "every reward has weight 0: the total reward would always be 0; give one a non-zero weight"
+            )
         return value
 
     @model_validator(mode="after")
@@ -249,27 +276,81 @@ def template_fields(prompt: PromptConfig, columns: Iterable[str] | None = None) 
 ModelConfig.model_rebuild()
 
 
+class RecipeLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, stricter: a key given twice in one mapping is an error (naming its
+    line), not a silent "last one wins"; and ``1e3``/``1e-6`` are numbers, as in YAML 1.2
+    (YAML 1.1 reads a float without a dot as a string, so ``steps: 1e3`` would be refused)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:
+                    continue  # unhashable: the base class reports it
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"duplicate key {key!r} (first given on line {first + 1})", key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
+RecipeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def load_yaml(text: str) -> Any:
+    """YAML text as Python data, with :class:`RecipeLoader`'s rules."""
+    return yaml.load(text, Loader=RecipeLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+# Settings a recipe may write in short form, and their long form: `task: gsm8k` is
+# `task: {name: gsm8k}`, `rewards: {format: 0.1}` is `rewards: {format: {weight: 0.1}}`.
+def _long_form(keys: tuple[str, ...], value: Any) -> dict | None:
+    if keys in (("task",), ("eval", "task")) and isinstance(value, str):
+        return {"name": value}
+    if len(keys) == 2 and keys[0] == "rewards" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return {"weight": value}
+    return None
+
+
 def _set_path(data: dict, dotted: str, value: Any) -> None:
     keys = dotted.split(".")
+    if not all(keys):
+        raise RlvrError(f"--set {dotted}: empty name between dots")
     node = data
-    for key in keys[:-1]:
+    for depth, key in enumerate(keys[:-1]):
         child = node.get(key)
         if child is None:
             child = node[key] = {}
+        long_form = _long_form(tuple(keys[: depth + 1]), child)
+        if long_form is not None:  # --set task.options.size=3 when the recipe says `task: gsm8k`
+            child = node[key] = long_form
         if not isinstance(child, dict):
-            raise RlvrError(f"--set {dotted}: {key!r} is not a section")
+            raise RlvrError(f"--set {dotted}: {'.'.join(keys[: depth + 1])} is {child!r}, not a section")
         node = child
     node[keys[-1]] = value
 
 
 def parse_overrides(pairs: list[str]) -> list[tuple[str, Any]]:
+    """``KEY=VALUE`` strings as (key, value) pairs, each value read as YAML (``1e-6`` a number,
+    ``[1, 4]`` a list, ``{r: 4}`` a mapping; what is not YAML stays a string)."""
     out = []
     for pair in pairs:
         key, sep, raw = pair.partition("=")
         if not sep or not key.strip():
             raise RlvrError(f"--set expects key=value (e.g. trainer.lr=1e-6), got {pair!r}")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = load_yaml(raw) if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
         out.append((key.strip(), value))
@@ -303,46 +384,90 @@ def _model_of(annotation: Any):
     return None
 
 
-def _merge(base: dict, extra: dict) -> dict:
+def _merge(base: dict, extra: dict, keys: tuple[str, ...] = ()) -> dict:
+    """``extra`` merged into ``base`` section by section; a section ``base`` gives in short form
+    (``format: 0.1``) is widened first, so a profile's ``format: {options: ...}`` keeps the weight."""
     out = dict(base)
     for key, value in extra.items():
-        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+        here = (*keys, str(key))
+        current = out.get(key)
+        if isinstance(value, dict):
+            current = _long_form(here, current) or current
+        out[key] = _merge(current, value, here) if isinstance(value, dict) and isinstance(current, dict) else value
     return out
 
 
-def load_recipe(
-    path: str | os.PathLike, overrides: list[str] | None = None, profile: str | None = None
-) -> Recipe:
-    """Read, apply a profile and overrides, validate; bad input raises ``RlvrError`` (one line)."""
-    path = Path(path)
+def _first_non_finite(value: Any, where: str = "") -> str | None:
+    """The dotted place of the first nan or infinity in loaded YAML data, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "recipe"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _first_non_finite(item, f"{where}.{key}" if where else str(key))
+        if found:
+            return found
+    return None
+
+
+def recipe_profiles(path: str | os.PathLike) -> list[str]:
+    """The names of a recipe file's profiles (for checking each; the file must load)."""
+    profiles = _read(Path(path)).get("profiles") or {}
+    return [str(name) for name in profiles] if isinstance(profiles, dict) else []
+
+
+def _read(path: Path) -> dict:
     if not path.is_file():
+        if path.exists():  # a folder, /dev/null, a pipe: a recipe may be read more than once
+            raise RlvrError(f"{path}: not a recipe file (a regular YAML file)")
         raise RlvrError(f"recipe not found: {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
         raise RlvrError(f"{path}:{where}: malformed YAML: {problem}") from None
     except UnicodeDecodeError:
-        raise RlvrError(f"{path}: not a text file") from None
+        raise RlvrError(f"{path}: not a text file (not UTF-8)") from None
+    except OSError as exc:
+        raise RlvrError(f"{path}: cannot read: {exc.strerror}") from None
     if not isinstance(data, dict):
         raise RlvrError(f"{path}: a recipe is a YAML mapping (name:, task:, prompt:, rewards:, ...)")
+    return data
+
+
+def load_recipe(
+    path: str | os.PathLike,
+    overrides: list[str] | None = None,
+    profile: str | None = None,
+    settings: list[tuple[str, Any]] | None = None,
+) -> Recipe:
+    """Read, apply a profile, ``--set`` overrides (``KEY=VALUE``, read as YAML) and ``settings``
+    (``(key, value)`` pairs taken as they are: command-line options), validate. Bad input raises
+    ``RlvrError`` (one line; it names the profile when one is applied)."""
+    path = Path(path)
+    data = _read(path)
     data.setdefault("name", path.stem)
+    source = str(path)
     if profile is not None:
         profiles = data.get("profiles") or {}
         if not isinstance(profiles, dict) or profile not in profiles:
-            names = ", ".join(profiles) if isinstance(profiles, dict) and profiles else "none"
-            raise RlvrError(f"{path}: no profile {profile!r}{did_you_mean(profile, profiles or {})}; profiles: {names}")
+            names = ", ".join(map(str, profiles)) if isinstance(profiles, dict) and profiles else "none"
+            choices = map(str, profiles) if isinstance(profiles, dict) else []
+            raise RlvrError(f"{path}: no profile {profile!r}{did_you_mean(profile, choices)}; profiles: {names}")
         if not isinstance(profiles[profile], dict):
             raise RlvrError(f"{path}: profiles.{profile} must be a mapping of settings")
         data = _merge(data, profiles[profile])
-    for key, value in parse_overrides(overrides or []):
+        source = f"{path} (profile {profile!r})"
+    for key, value in [*parse_overrides(overrides or []), *(settings or [])]:
         _set_path(data, key, value)
+    bad = _first_non_finite(data)
+    if bad:
+        raise RlvrError(f"{source}: {bad}: not a finite number (nan and infinities are refused)")
     try:
         return Recipe.model_validate(data)
     except ValidationError as exc:
-        raise RlvrError(_format_validation_error(str(path), exc)) from None
+        raise RlvrError(_format_validation_error(source, exc)) from None
 
 
 def resolve(recipe: Recipe, registry: Registry) -> None:
@@ -365,12 +490,7 @@ def _check_task(registry: Registry, ref: TaskRef, prompt: PromptConfig, splits: 
     _check_prompt(registry, task, prompt, recipe, where)
     for name, entry in recipe.rewards.items():
         spec = registry.reward(name)
-        for option in entry.options:
-            if option not in spec.options:
-                known = ", ".join(sorted(spec.options)) or "none"
-                raise RlvrError(
-                    f"reward {name!r} has no option {option!r}{did_you_mean(option, spec.options)}; options: {known}"
-                )
+        spec.check_options(entry.options)  # names, types, choices and ranges, from the reward's signature
         for param, column in entry.columns.items():
             if param not in spec.columns + spec.optional_columns:
                 raise RlvrError(f"rewards.{name}.columns: reward {name!r} takes no column {param!r}")
@@ -398,7 +518,7 @@ def _check_prompt(registry: Registry, task, prompt: PromptConfig, recipe: Recipe
                         f"(columns: {', '.join(sorted(columns))})")
     gold = {}
     for name, entry in recipe.rewards.items():
-        for param in gold_columns(registry.reward(name)):
+        for param in registry.reward(name).gold_columns:
             gold.setdefault(entry.columns.get(param, param), name)
     allowed = set(prompt.gold_in_prompt)
     for column in sorted(allowed - set(gold)):
@@ -410,12 +530,6 @@ def _check_prompt(registry: Registry, task, prompt: PromptConfig, recipe: Recipe
             f"the model would be trained with the answer in its prompt; if that is intended, "
             f"add it to {where}prompt.gold_in_prompt"
         )
-
-
-def gold_columns(spec) -> tuple[str, ...]:
-    """Columns a reward reads as its answer key: what it declares, else its required columns."""
-    declared = getattr(spec, "gold", None)
-    return tuple(declared) if declared is not None else tuple(spec.columns)
 
 
 def _check_task_options(task, options: dict, where: str) -> None:
@@ -455,10 +569,32 @@ def cache_dir() -> Path:
     return Path(base)
 
 
+def task_rows(task, ref: TaskRef, split: str, root: Path) -> Iterator[dict]:
+    """A task's rows; a loader that raises (a plugin's bug, a missing file) or yields a
+    non-mapping becomes one ``RlvrError`` line naming the task, its plugin and the split."""
+    where = f"task {task.name!r} (plugin {task.plugin!r}) split {split!r}"
+    rows = None
+    try:
+        rows = iter(task.load(split, data_dir=root, **ref.options))
+        for number, row in enumerate(rows, 1):
+            if not isinstance(row, Mapping):
+                raise RlvrError(f"{where}: row {number} is a {type(row).__name__}, not a mapping of columns")
+            yield row
+    except RlvrError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the plugin's failure, reported as the user sees it
+        message = " ".join(str(exc).split()) or "(no message)"
+        raise RlvrError(f"{where}: loading failed: {type(exc).__name__}: {message[:300]}") from exc
+    finally:
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()
+
+
 def load_rows(registry: Registry, ref: TaskRef, split: str, limit: int | None = None) -> list[dict]:
     """The first ``limit`` rows (None: all) of a task's split; an empty split is an error."""
     rows = []
-    for row in registry.task(ref.name).load(split, data_dir=data_dir(), **ref.options):
+    for row in task_rows(registry.task(ref.name), ref, split, data_dir()):
         rows.append(row)
         if limit and len(rows) >= limit:
             break
@@ -471,7 +607,7 @@ def peek_rows(recipe: Recipe, registry: Registry, root: Path) -> None:
     """Read the first row of the train and eval splits and check the columns are really there."""
     for ref, split in ((recipe.task, recipe.data.train_split), (recipe.eval_task, recipe.eval_split)):
         task = registry.task(ref.name)
-        first = next(iter(task.load(split, data_dir=root, **ref.options)), None)
+        first = next(task_rows(task, ref, split, root), None)
         if first is None:
             raise RlvrError(f"task {task.name!r} split {split!r} is empty")
         missing = sorted(set(task.columns) - set(first))

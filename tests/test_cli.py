@@ -1,11 +1,18 @@
 """The `rlvr` command: listings, validate, score, and clean failures (exit 2, one line)."""
 
 import json
+import re
+import os
+import signal
+import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
+
+from conftest import RLVR, run_rlvr
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -23,8 +30,45 @@ def test_plugins_json_lists_builtins_and_the_example(rlvr_cmd):
 def test_tasks_and_rewards_listings(rlvr_cmd):
     tasks = rlvr_cmd("tasks").stdout
     assert "gsm8k" in tasks and "countdown" in tasks
-    rewards = rlvr_cmd("rewards").stdout.splitlines()
-    assert any(line.startswith("math") and "columns: answer" in line for line in rewards)
+    out = rlvr_cmd("rewards")
+    assert out.returncode == 0, out.stderr
+    # One block a reward: its name and plugin, then indented columns, optional columns, options.
+    blocks = {b.split(" ", 1)[0]: b for b in re.split(r"\n(?=\S)", out.stdout.strip())}
+    assert {"math", "code", "format", "overlong", "countdown"} <= set(blocks)
+    assert blocks["math"].startswith("math (plugin math): ") and "\n  columns: answer\n" in blocks["math"]
+    code = blocks["code"].splitlines()
+    assert "  optional columns: prompt, test, entry_point, test_list, test_setup_code, io_tests" in code
+    options = {line.split()[0]: line.strip() for line in code if line.startswith("    ")}
+    assert re.fullmatch(r"timeout = 10\.0 +a number > 0 and <= 3600", options["timeout"])
+    assert re.fullmatch(r"memory_mb = 1024 +an integer >= 64", options["memory_mb"])
+    assert re.fullmatch(r"isolation = 'bwrap' +one of bwrap, process", options["isolation"])
+    assert re.fullmatch(r"partial = False +true or false", options["partial"])
+    assert "\n  options: -" in blocks["countdown"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["validate", "tasks/humaneval.yaml", "--set", "rewards.code.options.timeout=-5"],
+         "reward 'code' option timeout: -5 is not a number > 0 and <= 3600"),
+        (["validate", "tasks/demo.yaml", "--set", "rewards.format.options={boxed: one, partial: maybe}"],
+         "reward 'format' option partial: 'maybe' is not true or false"),
+        (["validate", "tasks/demo.yaml", "--set", "rewards.format.options.boxd=one"],
+         "reward 'format' has no option 'boxd' (did you mean 'boxed'?)"),
+        (["score", "--reward", "format", "--option", "think=2", "--input", "missing.jsonl", "--output", "o.jsonl"],
+         "reward 'format' option think: 2 is not true or false"),
+        (["score", "--reward", "code", "--option", "isolation=procss", "--input", "missing.jsonl", "--output", "o.jsonl"],
+         "reward 'code' option isolation: 'procss' is not one of bwrap, process (did you mean 'process'?)"),
+        (["score", "--reward", "format", "--option", "partial", "--input", "missing.jsonl", "--output", "o.jsonl"],
+         "--option expects KEY=VALUE (e.g. timeout=5), got 'partial'"),
+    ],
+)
+def test_bad_reward_options_exit_2_saying_what_is_allowed(rlvr_cmd, args, message):
+    """validate and score check options from the reward's signature, before reading any input."""
+    out = rlvr_cmd(*args, cwd=ROOT)
+    assert out.returncode == 2, out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("rlvr: error: ") and message in lines[0], out.stderr
 
 
 def test_validate_shipped_and_example_recipes(rlvr_cmd):
@@ -170,3 +214,408 @@ def test_eval_sizes_the_context_from_the_rendered_prompt(rlvr_cmd, tiny_model, t
                    "--output-dir", tmp_path / "eval")
     assert out.returncode == 2, out.stderr[-2000:]
     assert "over the model's" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+# ----------------------------------------------------------------- promises: exit 2, one line, nothing damaged
+TEST_PLUGIN = '''
+import time
+
+from rlvr import Score, hookimpl
+
+
+def weird(prompts, completions, completion_ids):
+    """1.0, explained with values JSON cannot hold."""
+    return [Score(1.0, {"x": object(), "nan": float("nan"), "ok": [1, "two"]}) for _ in completions]
+
+
+def slow(prompts, completions, completion_ids, *, delay: float = 0.2):
+    """1.0 after sleeping `delay` seconds per batch."""
+    time.sleep(delay)
+    return [1.0] * len(completions)
+
+
+def needy(prompts, completions, completion_ids, *, answer):
+    """1.0 when the completion equals the answer column."""
+    return [float(c == a) for c, a in zip(completions, answer)]
+
+
+def broken(split, *, data_dir):
+    """A loader whose data file is missing."""
+    raise FileNotFoundError("no such file: /data/broken.jsonl\\nsecond line")
+    yield
+
+
+@hookimpl
+def rlvr_register_rewards(register):
+    register("weird", weird)
+    register("slow", slow)
+    register("needy", needy)
+
+
+@hookimpl
+def rlvr_register_tasks(register):
+    register("broken", broken, columns=["question", "answer"])
+'''
+
+TYPO_PLUGIN = '''
+from rlvr import hookimpl
+
+
+@hookimpl
+def rlvr_register_reward(register):  # missing "s"
+    pass
+'''
+
+BADARG_PLUGIN = '''
+from rlvr import hookimpl
+
+
+@hookimpl
+def rlvr_register_rewards(registr):  # not the spec's argument name
+    pass
+'''
+
+
+@pytest.fixture(scope="module")
+def plugin_path(tmp_path_factory):
+    """A folder for PYTHONPATH holding two third-party plugins found through entry points:
+    `clitest` (rewards weird/slow/needy, task broken), `typo` (a misspelt hook) and `badarg` (a
+    hook with a wrong argument name)."""
+    root = tmp_path_factory.mktemp("site")
+    for name, source in (("clitest", TEST_PLUGIN), ("typo", TYPO_PLUGIN), ("badarg", BADARG_PLUGIN)):
+        (root / f"rlvr_{name}.py").write_text(source)
+        info = root / f"rlvr_{name}-0.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: rlvr-{name}\nVersion: 0.0\n")
+        (info / "entry_points.txt").write_text(f"[rlvr]\n{name} = rlvr_{name}\n")
+    return root
+
+
+@pytest.fixture
+def plugin_env(plugin_path):
+    """The environment that loads the `clitest` plugin, the built-in tasks and format reward."""
+    return {"PYTHONPATH": str(plugin_path), "RLVR_LOAD_PLUGINS": "clitest,tasks,format"}
+
+
+@pytest.fixture
+def plugged(plugin_env):
+    """Run rlvr with plugin_env (``env`` adds to it)."""
+
+    def run(*args, **kw):
+        return run_rlvr(*args, env={**plugin_env, **kw.pop("env", {})}, **kw)
+
+    return run
+
+
+def one_line_error(out, message):
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    assert "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert message in lines[0], lines[0]
+
+
+def write_records(path, n, **extra):
+    path.write_text("".join(json.dumps({"completion": f"c{i}", "answer": f"c{i}", **extra}) + "\n" for i in range(n)))
+    return path
+
+
+def listing(folder):
+    return sorted(p.name for p in folder.iterdir())
+
+
+def test_score_output_stream_targets_are_written_not_replaced(plugged, tmp_path):
+    src = write_records(tmp_path / "in.jsonl", 3)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    reader = subprocess.Popen(["cat", str(fifo)], stdout=subprocess.PIPE, text=True)
+    out = plugged("score", "--reward", "needy", "--input", src, "--output", fifo)
+    got = reader.communicate(timeout=30)[0]
+    assert out.returncode == 0, out.stderr
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)  # still the FIFO, not a file put in its place
+    assert [json.loads(line)["reward"] for line in got.splitlines()] == [1.0, 1.0, 1.0]
+    devnull = plugged("score", "--reward", "needy", "--input", src, "--output", os.devnull)
+    assert devnull.returncode == 0, devnull.stderr
+    assert stat.S_ISCHR(os.lstat(os.devnull).st_mode)
+    dash = plugged("score", "--reward", "needy", "--input", src, "--output", "-")
+    assert dash.returncode == 0 and [json.loads(x)["reward"] for x in dash.stdout.splitlines()] == [1.0] * 3
+    assert "-> stdout" in dash.stderr
+    assert listing(tmp_path) == ["fifo", "in.jsonl"]
+
+
+def test_score_writes_through_a_symlink_and_keeps_modes(plugged, plugin_env, tmp_path):
+    """A symlink to a file: the target is replaced atomically, the link stays. A replaced file
+    keeps its mode; a new one follows the umask."""
+    src = write_records(tmp_path / "in.jsonl", 2)
+    target = tmp_path / "target.jsonl"
+    target.write_text("old\n")
+    target.chmod(0o640)
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target.name)
+    out = plugged("score", "--reward", "needy", "--input", src, "--output", link)
+    assert out.returncode == 0, out.stderr
+    assert link.is_symlink() and os.readlink(link) == target.name
+    assert len(target.read_text().splitlines()) == 2 and stat.S_IMODE(target.stat().st_mode) == 0o640
+    dangling = tmp_path / "dangling.jsonl"
+    dangling.symlink_to("nowhere.jsonl")
+    one_line_error(plugged("score", "--reward", "needy", "--input", src, "--output", dangling), "does not exist")
+    for umask, mode in ((0o022, 0o644), (0o077, 0o600), (0o002, 0o664)):
+        new = tmp_path / f"new-{umask:o}.jsonl"
+        code = f"import os, sys; os.umask({umask}); os.execv(sys.argv[1], sys.argv[1:])"
+        done = subprocess.run([sys.executable, "-c", code, RLVR, "score", "--reward", "needy", "--input", str(src),
+                               "--output", str(new)], env={**os.environ, **plugin_env}, capture_output=True)
+        assert done.returncode == 0, done.stderr
+        assert stat.S_IMODE(new.stat().st_mode) == mode, (oct(umask), oct(new.stat().st_mode))
+    assert not [p for p in listing(tmp_path) if p.startswith(".")]
+
+
+
+def test_score_refuses_bad_paths_and_bad_bytes_in_one_line(plugged, tmp_path):
+    src = write_records(tmp_path / "in.jsonl", 2)
+    afile = tmp_path / "afile"
+    afile.write_text("keep\n")
+    one_line_error(plugged("score", "--reward", "needy", "--input", src, "--output", afile / "out.jsonl"),
+                   "is a file, not a folder")
+    latin = tmp_path / "latin.jsonl"
+    latin.write_bytes(b'{"completion": "ok", "answer": "ok"}\n{"completion": "caf\xe9", "answer": "x"}\n')
+    one_line_error(plugged("score", "--reward", "needy", "--input", latin, "--output", tmp_path / "o.jsonl"),
+                   "latin.jsonl:2: not UTF-8 text (byte 0xe9")
+    one_line_error(plugged("score", "--reward", "needy", "--input", tmp_path, "--output", tmp_path / "o.jsonl"),
+                   "--input")
+    assert afile.read_text() == "keep\n" and listing(tmp_path) == ["afile", "in.jsonl", "latin.jsonl"]
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--workers", "0"], "'--workers': 0 is not in the range 1<=x<="),
+        (["--workers", "-1"], "'--workers'"),
+        (["--workers", "100000"], "'--workers'"),
+        (["--batch-size", "0"], "'--batch-size': 0 is not in the range 1<=x<=100000"),
+        (["--batch-size", "100001"], "'--batch-size'"),
+        (["--batch-size", "x"], "'x' is not a valid integer"),
+    ],
+)
+def test_score_bounds_workers_and_batch_size(rlvr_cmd, tmp_path, args, message):
+    src = write_records(tmp_path / "in.jsonl", 1)
+    one_line_error(rlvr_cmd("score", "--reward", "math", "--input", src, "--output", tmp_path / "o.jsonl", *args),
+                   message)
+    assert listing(tmp_path) == ["in.jsonl"]
+
+
+def test_score_names_the_record_in_the_whole_input(plugged, tmp_path):
+    """Record 300 sits in the second batch of 256: it is record 300, not 44."""
+    src = tmp_path / "in.jsonl"
+    rows = [{"completion": "a", "answer": "a"} for _ in range(299)] + [{"completion": "a"}]
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    dst = tmp_path / "out.jsonl"
+    dst.write_text("precious\n")
+    out = plugged("score", "--reward", "needy", "--input", src, "--output", dst)
+    one_line_error(out, "in.jsonl: record 300: reward 'needy' needs column 'answer'")
+    assert dst.read_text() == "precious\n"
+    src.write_text("".join(json.dumps(r) + "\n" for r in rows[:299] + [{"answer": "a"}]))
+    one_line_error(plugged("score", "--reward", "needy", "--input", src, "--output", dst, "--batch-size", "7"),
+                   "record 300 has no string 'completion'")
+
+
+def test_score_keeps_scores_when_info_is_not_json(plugged, tmp_path):
+    """Choice: the scores are kept; info values JSON cannot hold are written as strings, with a note."""
+    src = write_records(tmp_path / "in.jsonl", 3)
+    dst = tmp_path / "out.jsonl"
+    out = plugged("score", "--reward", "weird", "--input", src, "--output", dst)
+    assert out.returncode == 0, out.stderr
+    assert "reward_info of 3 records held values that are not JSON" in out.stderr
+    rows = [json.loads(line) for line in dst.read_text().splitlines()]  # strict JSON: no NaN token
+    assert [r["reward"] for r in rows] == [1.0] * 3
+    assert rows[0]["reward_info"]["x"].startswith("<object object") and rows[0]["reward_info"]["nan"] == "nan"
+    assert rows[0]["reward_info"]["ok"] == [1, "two"]
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat_file.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            kids.append(int(stat_file.parent.name))
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _interrupt_score(command, env, tmp_path, sig, *, ready_after: float = 0.0):
+    """Start `rlvr score` on a large input, wait until its temporary output exists (and
+    ``ready_after`` more seconds), send ``sig``; return (exit status, seconds to exit, children)."""
+    dst = tmp_path / "out.jsonl"
+    dst.write_text("precious\n")
+    proc = subprocess.Popen([RLVR, *map(str, command), "--output", str(dst)], env={**os.environ, **env},
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not [p for p in tmp_path.iterdir() if p.name.startswith(".out.jsonl.")]:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "no temporary output appeared"
+            time.sleep(0.02)
+        time.sleep(ready_after)
+        children = _children(proc.pid)
+        sent = time.monotonic()
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+        took = time.monotonic() - sent
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert dst.read_text() == "precious\n"
+    assert listing(tmp_path) == ["in.jsonl", "out.jsonl"], listing(tmp_path)
+    assert err.strip().splitlines()[-1] == "rlvr: interrupted", err
+    return proc.returncode, took, children
+
+
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_score_stops_within_a_second_on_a_signal_leaving_nothing(plugged, plugin_env, tmp_path, sig, status):
+    src = write_records(tmp_path / "in.jsonl", 2000)
+    command = ["score", "--reward", "slow", "--option", "delay=30", "--input", src, "--batch-size", "10"]
+    code, took, _ = _interrupt_score(command, plugin_env, tmp_path, sig)
+    assert code == status and took < 1.0, (code, took)
+
+
+@pytest.mark.slow
+def test_score_math_stops_within_a_second_and_its_workers_go_too(rlvr_cmd, tmp_path):
+    """The math reward's checker processes (a worker pool) do not outlive an interrupted score."""
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"completion": f"\\boxed{{{i}/7 + x^{i}}}", "answer": f"{i}"}) + "\n"
+                           for i in range(20000)))
+    command = ["score", "--reward", "math", "--workers", "2", "--input", src, "--batch-size", "64"]
+    code, took, children = _interrupt_score(command, {}, tmp_path, signal.SIGINT, ready_after=3.0)
+    assert code == 130 and took < 1.0, (code, took)
+    assert children, "the math reward started no worker processes"
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in children)
+
+
+def test_plot_needs_steps_and_a_writable_output(rlvr_cmd, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"reward_mean": 0.5}\n[1, 2]\n{"step": "x"}\n')
+    one_line_error(rlvr_cmd("plot", run), "no rows with a numeric 'step'")
+    (run / "metrics.jsonl").write_text('{"step": 0, "reward_mean": 0.5, "kl": "n/a"}\n{"step": 1, "reward_mean": 0.7}\n{"cut')
+    (tmp_path / "afile").write_text("keep\n")
+    one_line_error(rlvr_cmd("plot", run, "--output", tmp_path / "afile" / "c.png"), "is a file, not a folder")
+    one_line_error(rlvr_cmd("plot", run, "--output", tmp_path / "c.xyz"), "cannot write .xyz images")
+    one_line_error(rlvr_cmd("plot", run, "--output", tmp_path), "is a directory")
+    old = tmp_path / "curves.png"
+    old.write_text("old")
+    out = rlvr_cmd("plot", run, "--output", old)
+    assert out.returncode == 0, out.stderr
+    assert old.read_bytes().startswith(b"\x89PNG")
+    svg = rlvr_cmd("plot", run, "--output", tmp_path / "c.svg")
+    assert svg.returncode == 0 and (tmp_path / "c.svg").read_text().lstrip().startswith("<?xml")
+    assert sorted(listing(tmp_path)) == ["afile", "c.svg", "curves.png", "run"]
+
+
+def test_misspelt_hook_names_the_plugin_and_the_hook(plugin_path):
+    out = run_rlvr("tasks", env={"PYTHONPATH": str(plugin_path), "RLVR_LOAD_PLUGINS": "tasks,typo"})
+    one_line_error(out, "plugin 'typo' implements 'rlvr_register_reward', which is not an rlvr hook "
+                        "(did you mean 'rlvr_register_rewards'?)")
+    assert "RLVR_LOAD_PLUGINS" in out.stderr
+    badarg = run_rlvr("tasks", env={"PYTHONPATH": str(plugin_path), "RLVR_LOAD_PLUGINS": "tasks,badarg"})
+    one_line_error(badarg, "plugin 'badarg' does not fit rlvr's hooks: Plugin 'badarg' for hook 'rlvr_register_rewards'")
+    assert "{'registr'} are declared in the hookimpl" in badarg.stderr
+    # Left out, every command works again.
+    assert run_rlvr("tasks", env={"PYTHONPATH": str(plugin_path), "RLVR_LOAD_PLUGINS": "tasks"}).returncode == 0
+
+
+def test_unknown_plugin_in_the_allow_list_is_an_error(rlvr_cmd):
+    one_line_error(rlvr_cmd("rewards", env={"RLVR_LOAD_PLUGINS": "math,formt"}),
+                   "RLVR_LOAD_PLUGINS names 'formt', which is not an installed plugin (did you mean 'format'?)")
+
+
+def test_validate_data_names_the_task_and_split_a_loader_fails_on(plugged, tmp_path):
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text("task: broken\nprompt: {template: '{{question}}'}\nrewards: {needy: 1}\n")
+    assert plugged("validate", recipe).returncode == 0
+    one_line_error(plugged("validate", "--data", recipe),
+                   "task 'broken' (plugin 'clitest') split 'train': loading failed: FileNotFoundError: "
+                   "no such file: /data/broken.jsonl second line")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["eval", "tasks/demo.yaml", "--k", "1,x"], "--k expects comma-separated positive integers"),
+        (["eval", "tasks/demo.yaml", "--k", "0"], "each k must be at least 1"),
+        (["eval", "tasks/demo.yaml", "--limit", "0"], "'--limit': 0 is not in the range x>=1"),
+        (["eval", "tasks/demo.yaml", "--model", "./no/such/model"], "no model folder at './no/such/model'"),
+        (["eval", "tasks/demo.yaml", "--output-dir", "README.md/x"], "README.md is a file, not a folder"),
+        (["train", "tasks/demo.yaml", "--max-steps", "0"], "'--max-steps': 0 is not in the range x>=1"),
+        (["train", "tasks/demo.yaml", "--max-steps", "1e9x"], "is not a valid integer"),
+        (["train", "tasks/demo.yaml", "--output-dir", "README.md"], "Directory 'README.md' is a file"),
+        (["model", "pull", "nope"], "unknown model alias 'nope'"),
+        (["scor"], "No such command 'scor'"),
+        (["validate", "tasks/demo.yaml", "--set", "trainer.lr=.nan"], "trainer.lr: not a finite number"),
+    ],
+)
+def test_other_commands_refuse_bad_options_in_one_line(rlvr_cmd, args, message):
+    one_line_error(rlvr_cmd(*args, cwd=ROOT), message)
+
+
+def test_validate_checks_every_profile(rlvr_cmd, tmp_path):
+    recipe = tmp_path / "r.yaml"
+    base = (ROOT / "tasks/demo.yaml").read_text()
+    recipe.write_text(base + "profiles:\n  good: {trainer: {steps: 2}}\n  bad: {trainer: {micro_batch_size: 3}}\n")
+    one_line_error(rlvr_cmd("validate", recipe), "r.yaml (profile 'bad'): recipe: trainer.micro_batch_size (3) must divide")
+    one_line_error(rlvr_cmd("validate", recipe, "--profile", "good"), "(profile 'bad')")
+    recipe.write_text(base + "profiles:\n  good: {trainer: {steps: 2}}\n  bad: {rewards: {mathh: 1}}\n")
+    one_line_error(rlvr_cmd("validate", recipe), "r.yaml (profile 'bad'): unknown reward 'mathh'")
+    recipe.write_text(base + "profiles:\n  good: {trainer: {steps: 2}}\n")
+    out = rlvr_cmd("validate", recipe)
+    assert out.returncode == 0 and "checked with profiles: good" in out.stdout, out.stderr
+
+
+def test_score_output_through_a_link_to_stdout_streams(plugged, tmp_path):
+    """What /dev/stdout is (a symlink to /proc/self/fd/1): written to, the link left alone; as
+    root the old code replaced the system's /dev/stdout with a regular file."""
+    src = write_records(tmp_path / "in.jsonl", 2)
+    link = tmp_path / "stdout"
+    link.symlink_to("/proc/self/fd/1")
+    out = plugged("score", "--reward", "needy", "--input", src, "--output", link)
+    assert out.returncode == 0, out.stderr
+    assert [json.loads(x)["reward"] for x in out.stdout.splitlines()] == [1.0, 1.0]
+    assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1"
+    assert listing(tmp_path) == ["in.jsonl", "stdout"]
+
+
+def test_read_jsonl_reports_bad_bytes_and_files_by_line(tmp_path):
+    import gzip
+
+    from rlvr import RlvrError
+    from rlvr.data import read_jsonl
+
+    bom = tmp_path / "bom.jsonl"
+    bom.write_bytes(b'\xef\xbb\xbf{"a": 1}\n\n{"a": 2}\n')
+    assert list(read_jsonl(bom)) == [{"a": 1}, {"a": 2}]
+    packed = tmp_path / "x.jsonl.gz"
+    packed.write_bytes(gzip.compress(b'{"a": 1}\n{"a": "\xff"}\n'))
+    with pytest.raises(RlvrError, match=r"x.jsonl.gz:2: not UTF-8 text \(byte 0xff at column 8\)"):
+        list(read_jsonl(packed))
+    fake = tmp_path / "fake.jsonl.gz"
+    fake.write_text('{"a": 1}\n')
+    with pytest.raises(RlvrError, match="fake.jsonl.gz: cannot read: Not a gzipped file"):
+        list(read_jsonl(fake))
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(gzip.compress(b'{"a": 1}\n' * 1000)[:-20])
+    with pytest.raises(RlvrError, match="cut.jsonl.gz: cannot read"):
+        list(read_jsonl(cut))
+    with pytest.raises(RlvrError, match="cannot read: Is a directory"):
+        list(read_jsonl(tmp_path))

@@ -32,8 +32,10 @@ def he_columns(n, prompt=ADD_PROMPT, test=ADD_TEST, entry_point="add"):
 
 def test_registers_the_code_reward():
     registered = {}
-    cr.rlvr_register_rewards(lambda name, fn, description=None: registered.update({name: (fn, description)}))
+    cr.rlvr_register_rewards(
+        lambda name, fn, description=None, gold=None: registered.update({name: (fn, description, gold)}))
     assert registered["code"][0] is cr.code_reward and registered["code"][1]
+    assert set(registered["code"][2]) == {"test", "test_list", "io_tests"}  # not prompt/entry_point/setup
 
 
 def test_humaneval_record_forms():

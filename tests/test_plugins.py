@@ -159,3 +159,184 @@ def test_sampler_dtype_follows_hardware(tmp_path):
     assert sampler_dtype("float16", on_cpu=True) == "float16"
     assert sampler_dtype("auto", on_cpu=True, cpuinfo=str(plain)) == "float32"
     assert sampler_dtype("auto", on_cpu=True, cpuinfo=str(amx)) == "bfloat16"
+
+
+# ---------------------------------------------------------------------------- reward options
+def registry_of(source: str, name: str = "plugin_under_test"):
+    """Register a plugin module written as source text (its annotations are strings when it
+    starts with ``from __future__ import annotations``)."""
+    import types
+
+    module = types.ModuleType(name)
+    exec(compile(source, name, "exec"), module.__dict__)
+    pm = get_plugin_manager(load_entry_points=False)
+    pm.register(module, name=name)
+    return load_registry(pm)
+
+
+STRING_HINTS = '''
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Literal
+
+from annotated_types import Gt
+from pydantic import Field
+
+from rlvr import hookimpl
+
+if TYPE_CHECKING:
+    from not_installed import Completion  # a column's hint that cannot resolve: never looked at
+
+Mode = Literal["boxed", "hash", "tag"]
+
+
+def scored(prompts, completions: list[Completion], completion_ids, *, answer, extract: Mode = "boxed",
+           timeout: Annotated[float, Gt(0)] = 5.0, workers: Annotated[int, Field(ge=0)] = 0, strict: bool = False):
+    return [1.0] * len(completions)
+
+
+@hookimpl
+def rlvr_register_rewards(register):
+    register("scored", scored)
+'''
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"extract": "boxd"}, "option extract: 'boxd' is not one of boxed, hash, tag (did you mean 'boxed'?)"),
+        ({"timeout": -5}, "option timeout: -5 is not a number > 0"),
+        ({"timeout": float("inf")}, "option timeout: inf is not a number > 0"),
+        ({"workers": -1}, "option workers: -1 is not an integer >= 0"),
+        ({"workers": 1.5}, "option workers: 1.5 is not an integer >= 0"),
+        ({"strict": "maybe"}, "option strict: 'maybe' is not true or false"),
+        ({"strict": 2}, "option strict: 2 is not true or false"),
+        ({"strict": 1}, "option strict: 1 is not true or false"),
+        ({"extrct": "boxed"}, "has no option 'extrct' (did you mean 'extract'?); options: extract, timeout, workers, strict"),
+    ],
+)
+def test_options_are_checked_from_string_annotations(scored, options, message):
+    with pytest.raises(RlvrError) as err:
+        scored.check_options(options)
+    assert str(err.value) == f"reward 'scored' {message}"
+
+
+@pytest.fixture(scope="module")
+def scored():
+    return registry_of(STRING_HINTS).reward("scored")
+
+
+def test_checked_options_are_converted_and_only_those_given(scored):
+    spec = scored
+    assert spec.check_options({"timeout": 5, "extract": "tag", "strict": True}) == {"timeout": 5.0, "extract": "tag", "strict": True}
+    assert isinstance(spec.check_options({"timeout": 5})["timeout"], float)
+    assert spec.check_options({}) == {}
+    assert spec.options == {"extract": "boxed", "timeout": 5.0, "workers": 0, "strict": False}
+    assert [o.allowed for o in spec.checker.options.values()] == [
+        "one of boxed, hash, tag", "a number > 0", "an integer >= 0", "true or false"]
+
+
+def test_unresolvable_option_annotation_fails_registration_naming_the_plugin():
+    source = STRING_HINTS.replace('Mode = Literal["boxed", "hash", "tag"]', "")
+    with pytest.raises(RlvrError) as err:
+        registry_of(source, "broken_hints")
+    message = str(err.value)
+    assert message.startswith("plugin 'broken_hints': reward 'scored': option extract: cannot resolve its annotation 'Mode'")
+    assert "NameError" in message and "\n" not in message
+
+
+def test_pydantic_field_as_a_default_is_refused_at_registration():
+    source = "from pydantic import Field\nfrom rlvr import hookimpl\n" \
+             "def r(prompts, completions, completion_ids, *, t: float = Field(5.0, gt=0)):\n    return []\n" \
+             "@hookimpl\ndef rlvr_register_rewards(register):\n    register('r', r)\n"
+    with pytest.raises(RlvrError, match="plugin 'p': reward 'r': option t: a pydantic Field"):
+        registry_of(source, "p")
+
+
+def test_unannotated_options_keep_the_kind_of_their_default():
+    from rlvr.plugins import RewardSpec, reward_signature
+
+    def loose(prompts, completions, completion_ids, *, strip=True, threshold=1, name="x", tags=()):
+        return [1.0] * len(completions)
+
+    spec = RewardSpec("loose", loose, "", "test", "0", *reward_signature(loose))
+    assert spec.check_options({"threshold": 0.5, "tags": ["a"], "name": "y"}) == {"threshold": 0.5, "tags": ["a"], "name": "y"}
+    assert spec.check_options({"threshold": 2}) == {"threshold": 2}  # kept an int
+    for bad, said in [({"strip": 2}, "2 is not true or false"), ({"threshold": "1"}, "'1' is not a number"),
+                      ({"threshold": True}, "True is not a number"), ({"name": 5}, "5 is not a string")]:
+        with pytest.raises(RlvrError, match=f"option {next(iter(bad))}: {said}$"):
+            spec.check_options(bad)
+
+
+def test_options_named_like_model_attributes_and_enum_choices():
+    import enum
+
+    from rlvr.plugins import RewardSpec, reward_signature
+
+    class Level(enum.Enum):
+        LOW = "low"
+        HIGH = "high"
+
+    def odd(prompts, completions, completion_ids, *, json: bool = False, copy: int = 1, level: Level = Level.LOW):
+        return [1.0] * len(completions)
+
+    spec = RewardSpec("odd", odd, "", "test", "0", *reward_signature(odd))
+    assert spec.check_options({"json": True, "copy": 2, "level": "high"}) == {"json": True, "copy": 2, "level": Level.HIGH}
+    with pytest.raises(RlvrError, match="option level: 'hgh' is not one of low, high \\(did you mean 'high'\\?\\)"):
+        spec.check_options({"level": "hgh"})
+
+
+BUILTIN_BAD_OPTIONS = [
+    ("format", {"boxed": "two"}, "'two' is not one of one, any, none"),
+    ("format", {"partial": "maybe"}, "'maybe' is not true or false"),
+    ("format", {"think": 2}, "2 is not true or false"),
+    ("code", {"timeout": -5}, "-5 is not a number > 0 and <= 3600"),
+    ("code", {"timeout": 3601}, "3601 is not a number > 0 and <= 3600"),
+    ("code", {"memory_mb": 63}, "63 is not an integer >= 64"),
+    ("code", {"isolation": "none"}, "'none' is not one of bwrap, process"),
+    ("code", {"partial": 1}, "1 is not true or false"),
+    ("overlong", {"max_len": 0}, "0 is not an integer >= 1"),
+    ("overlong", {"cache_len": -1}, "-1 is not an integer >= 0"),
+]
+
+
+@pytest.mark.parametrize("reward, options, said", BUILTIN_BAD_OPTIONS)
+def test_builtin_reward_options_have_real_choices_and_ranges(reward, options, said):
+    spec = load_registry(get_plugin_manager()).reward(reward)
+    with pytest.raises(RlvrError) as err:
+        spec.check_options(options)
+    assert str(err.value) == f"reward {reward!r} option {next(iter(options))}: {said}"
+
+
+def test_builtin_reward_defaults_and_edges_pass_their_own_checks():
+    from rlvr_plugins import code_reward, sandbox
+
+    registry = load_registry(get_plugin_manager())
+    for spec in registry.rewards.values():
+        assert spec.check_options(spec.options) == spec.options, spec.name  # defaults are allowed values
+    code = registry.reward("code")
+    assert code.check_options({"timeout": 3600, "memory_mb": 64, "isolation": "process"})["timeout"] == 3600.0
+    assert typing_args(code_reward.Isolation) == sandbox.ISOLATION_LEVELS
+
+
+def typing_args(annotation):
+    import typing
+
+    return typing.get_args(annotation)
+
+
+def test_docs_option_error_is_what_the_host_says():
+    """docs/hooks.md quotes an option error for its own example reward: it is the real message."""
+    import re
+
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "hooks.md").read_text()
+    quoted = " ".join(re.search(r"``(reward 'exact' option .*?)``", docs, re.S).group(1).split())
+    source = re.search(r"```python\n(# rlvr_exact/__init__\.py.*?)```", docs, re.S).group(1)
+    spec = registry_of(source, "docs_exact").reward("exact")
+    value = re.search(r"option match: '(\w+)'", quoted).group(1)
+    with pytest.raises(RlvrError) as err:
+        spec.check_options({"match": value})
+    assert str(err.value) == quoted
+    assert spec.check_options({"ignore_case": True, "match": "anywhere"}) == {"ignore_case": True, "match": "anywhere"}
+    with pytest.raises(RlvrError, match="option ignore_case: 2 is not true or false"):
+        spec.check_options({"ignore_case": 2})  # unannotated: the kind of its default

@@ -1,6 +1,8 @@
-"""Calling rewards: failures become None (counted), async works, weights combine."""
+"""Calling rewards: failures become None for the records they spoil (counted), columns are
+passed per record, options are checked, async works, weights combine."""
 
 import asyncio
+import logging
 
 import pytest
 
@@ -62,15 +64,119 @@ def test_async_reward():
     assert run(bound(slow_async, "a")).total == [0.5, 0.5]
 
 
-@pytest.mark.parametrize("bad", [[1.0], [float("nan"), 1.0], ["x", 1.0]])
-def test_malformed_return_values(bad):
+@pytest.mark.parametrize("bad", [[float("nan"), 1.0], ["x", 1.0], [Score(1.0, "not a mapping"), 1.0]])
+def test_malformed_return_values_spoil_only_their_record(bad):
     out = run(bound(lambda p, c, i: bad, "bad"))
-    assert out.values["bad"][0] is None
-    assert out.unscorable() >= 1
+    assert out.values["bad"] == [None, 1.0]
+    assert out.infos["bad"][0]["error"].startswith("reward returned")
+    assert out.errors["bad"] == 1 and out.unscorable() == 1
+
+
+def test_wrong_count_for_the_batch_is_retried_record_by_record():
+    """Values that cannot be matched to the records: each record is scored alone."""
+    def first_only(prompts, completions, completion_ids):
+        return [len(completions[0])]
+
+    out = run(bound(first_only, "first"))
+    assert out.values["first"] == [1.0, 1.0] and out.errors["first"] == 0
+
+    out = run(bound(lambda p, c, i: [], "none"))  # wrong alone too: None with the reason
+    assert out.values["none"] == [None, None] and out.errors["none"] == 2
+    assert out.infos["none"][1]["error"] == "ValueError: returned 0 values for 1 completions"
+
+
+def picky(prompts, completions, completion_ids, *, answer):
+    """Raises for any batch holding a record whose answer is "bad"."""
+    if "bad" in answer:
+        raise ZeroDivisionError(f"cannot score {answer.index('bad')}")
+    return [float(c == a) for c, a in zip(completions, answer)]
+
+
+def test_one_raising_record_spoils_only_itself(caplog):
+    rows = [{"answer": "bad" if i == 37 else str(i)} for i in range(256)]
+    completions = [str(i) if i % 2 else "x" for i in range(256)]
+    with caplog.at_level(logging.WARNING, logger="rlvr.rewards"):
+        out = score_batch([bound(picky, "picky")], ["p"] * 256, completions, [None] * 256, rows, first_record=1001)
+    values = out.values["picky"]
+    assert values[37] is None and out.infos["picky"][37] == {"error": "ZeroDivisionError: cannot score 0"}
+    assert values[:37] + values[38:] == [float(i % 2) for i in range(256) if i != 37]
+    assert out.errors["picky"] == 1 and out.unscorable() == 1
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1  # one line per batch, naming the record in the whole input
+    assert "reward 'picky' failed on 1 of 256 records" in warnings[0] and "record 1038: ZeroDivisionError" in warnings[0]
+
+
+def test_async_reward_is_retried_record_by_record():
+    async def picky_async(prompts, completions, completion_ids, *, answer):
+        await asyncio.sleep(0)
+        return picky(prompts, completions, completion_ids, answer=answer)
+
+    out = score_batch([bound(picky_async, "a")], ["p", "p"], ["1", "2"], [None, None], [{"answer": "1"}, {"answer": "bad"}])
+    assert out.values["a"] == [1.0, None] and out.errors["a"] == 1
+
+
+def seen(prompts, completions, completion_ids, *, setup=None, extra=None):
+    """Echoes the optional columns it got, per record."""
+    return [Score(1.0, {"setup": None if setup is None else setup[i], "extra_passed": extra is not None})
+            for i in range(len(completions))]
+
+
+def test_optional_columns_are_per_record():
+    rows = [{"setup": "import math"}, {}, {"setup": ""}]
+    out = score_batch([bound(seen, "seen")], ["p"] * 3, ["a", "b", "c"], [None] * 3, rows)
+    assert [i["setup"] for i in out.infos["seen"]] == ["import math", None, ""]
+    assert not any(i["extra_passed"] for i in out.infos["seen"])  # no record has it: not passed
+
+
+def test_kwargs_reward_gets_every_column_any_record_has():
+    def every(prompts, completions, completion_ids, *, answer, **columns):
+        return [Score(1.0, {k: v[i] for k, v in sorted(columns.items())}) for i in range(len(completions))]
+
+    rows = [{"answer": "1", "a": 1, "prompts": "a column named like an argument"}, {"answer": "2", "b": 2}]
+    out = score_batch([bound(every, "every")], ["p", "p"], ["1", "2"], [None, None], rows)
+    assert out.infos["every"] == [{"a": 1, "b": None}, {"a": None, "b": 2}]
+
+
+def test_missing_column_names_the_record_in_the_whole_input():
+    rows = [{"answer": "1"}, {"question": "?"}]
+    with pytest.raises(RlvrError, match="^record 258: reward 'exact' needs column 'answer'$"):
+        score_batch([bound(exact, "exact")], ["p", "p"], ["1", "2"], [None, None], rows, first_record=257)
+
+
+def test_options_are_checked_when_bound():
+    def opts(prompts, completions, completion_ids, *, factor: float = 1.0, strict: bool = False):
+        return [factor] * len(completions)
+
+    assert bound(opts, "o", factor=3).options == {"factor": 3.0}  # an int for a float: converted
+    with pytest.raises(RlvrError, match="^reward 'o' option strict: 2 is not true or false$"):
+        bound(opts, "o", strict=2)
+    with pytest.raises(RlvrError, match="has no option 'facter' \\(did you mean 'factor'\\?\\)"):
+        bound(opts, "o", facter=2.0)
+
+
+def test_mixed_humaneval_mbpp_and_stdin_records_score_each_by_its_kind():
+    """The real code reward in the real sandbox: one batch, three kinds of record, each scored
+    by its own tests (MBPP's test_setup_code reaches its record although the others have none)."""
+    from rlvr.plugins import load_registry
+
+    code = load_registry().reward("code")
+    he_prompt = 'def add(a, b):\n    """Add."""\n'
+    he = {"prompt": he_prompt, "test": "def check(candidate):\n    assert candidate(2, 3) == 5\n", "entry_point": "add"}
+    mbpp = {"text": "floor of a half", "test_list": ["assert half(5) == 2"], "test_setup_code": "import math"}
+    io = {"io_tests": [{"input": "2 3\n", "output": "5\n"}]}
+    no_prompt = {k: v for k, v in he.items() if k != "prompt"}  # its code prompt is the one it was sampled from
+    rows = [he, mbpp, io, he, mbpp, io, no_prompt]
+    completions = ["    return a + b\n", "def half(x):\n    return math.floor(x / 2)\n",
+                   "a, b = map(int, input().split())\nprint(a + b)\n",
+                   "    return a - b\n", "def half(x):\n    return x\n", "print(6)\n", "    return b + a\n"]
+    prompts = ["<rendered prompt>"] * 6 + [he_prompt]
+    out = score_batch([BoundReward(code)], prompts, completions, [None] * 7, rows)
+    assert [i["format"] for i in out.infos["code"]] == ["humaneval", "mbpp", "io"] * 2 + ["humaneval"]
+    assert out.values["code"] == [1.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0], out.infos["code"]
 
 
 def test_missing_column_is_a_user_error():
-    with pytest.raises(RlvrError, match="needs column 'answer'"):
+    with pytest.raises(RlvrError, match="^record 1: reward 'exact' needs column 'answer'$"):
         score_batch([bound(exact, "exact")], ["p"], ["4"], [None], [{"question": "?"}])
 
 

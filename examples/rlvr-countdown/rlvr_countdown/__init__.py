@@ -112,4 +112,5 @@ def rlvr_register_tasks(register):
 
 @hookimpl
 def rlvr_register_rewards(register):
-    register("countdown", countdown_reward)
+    # numbers and target are the puzzle itself (its question shows them): no column is an answer key.
+    register("countdown", countdown_reward, gold=())

@@ -31,7 +31,9 @@ import sys
 import threading
 from collections import OrderedDict
 from fractions import Fraction
-from typing import Any, Iterator, Sequence
+from typing import Annotated, Any, Iterator, Literal, Sequence, get_args
+
+from annotated_types import Ge, Gt
 
 from rlvr import RlvrError, Score, hookimpl
 from rlvr.rewards import completion_text
@@ -53,7 +55,8 @@ SPLITS = ("train", "test")
 # this far from the train split's seed, so the two use disjoint random streams for any
 # size below it.
 TEST_SEED_OFFSET = 10_000_019
-EXTRACT_MODES = ("answer_tag", "boxed", "last_number", "raw")
+ExtractMode = Literal["answer_tag", "boxed", "last_number", "raw"]
+EXTRACT_MODES = get_args(ExtractMode)
 _RESERVED_CONFIG = ("size", "seed")
 
 
@@ -436,11 +439,11 @@ def reasoning_gym_reward(
     completion_ids: Sequence[Any] | None,
     *,
     entry: Sequence[Any],
-    extract: str = "answer_tag",
+    extract: ExtractMode = "answer_tag",
     partial_credit: bool = True,
-    timeout: float = 5.0,
-    max_answer_chars: int = 10_000,
-    workers: int = 0,
+    timeout: Annotated[float, Gt(0)] = 5.0,
+    max_answer_chars: Annotated[int, Ge(1)] = 10_000,
+    workers: Annotated[int, Ge(0)] = 0,
 ) -> list[Score]:
     """reasoning-gym's own score_answer for the row's entry, on the answer in <answer></answer>.
 

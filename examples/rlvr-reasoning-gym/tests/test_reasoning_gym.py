@@ -41,6 +41,25 @@ def test_rlvr_discovers_the_task_and_reward():
     assert any(line.startswith("reasoning_gym") for line in out.stdout.splitlines())
 
 
+@pytest.mark.parametrize(
+    "options, said",
+    [
+        ({"extract": "answer_tags"}, "extract: 'answer_tags' is not one of answer_tag, boxed, last_number, raw "
+                                     "(did you mean 'answer_tag'?)"),
+        ({"timeout": 0}, "timeout: 0 is not a number > 0"),
+        ({"max_answer_chars": 0}, "max_answer_chars: 0 is not an integer >= 1"),
+        ({"workers": -1}, "workers: -1 is not an integer >= 0"),
+        ({"partial_credit": "no"}, "partial_credit: 'no' is not true or false"),
+    ],
+)
+def test_reward_options_are_checked_before_scoring(options, said):
+    spec = load_registry(get_plugin_manager()).reward("reasoning_gym")
+    with pytest.raises(RlvrError) as err:
+        spec.check_options(options)
+    assert str(err.value) == f"reward 'reasoning_gym' option {said}"
+    assert spec.check_options(spec.options) == spec.options
+
+
 def test_listing_plugins_does_not_import_reasoning_gym():
     code = (
         "import sys\n"
