@@ -225,7 +225,7 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
     from .data import read_jsonl
     from .outputs import open_output, same_file, signals_remove_temporaries
     from .recipe import parse_overrides
-    from .rewards import BoundReward, score_batch
+    from .rewards import BoundReward, completion_text, score_batch
 
     spec = _registry().reward(reward_name)
     for pair in options:
@@ -255,13 +255,14 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
             nonlocal scored, stringified
             first = count - len(batch) + 1  # the number of batch[0] in the whole input
             for i, row in enumerate(batch):
-                if not isinstance(row.get("completion"), str):
-                    raise RlvrError(f"{input_path}: record {first + i} has no string 'completion'")
+                if not isinstance(row.get("completion"), (str, list, dict)):
+                    raise RlvrError(f"{input_path}: record {first + i} has no 'completion' (a string, or chat "
+                                    "messages whose last assistant turn is scored)")
             try:
                 result = score_batch(
                     [reward],
                     [str(r.get("prompt", "")) for r in batch],
-                    [r["completion"] for r in batch],
+                    [completion_text(r["completion"]) for r in batch],
                     [r.get("completion_ids") for r in batch],
                     batch,
                     first_record=first,

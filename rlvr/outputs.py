@@ -19,6 +19,7 @@ them when SIGINT/SIGTERM arrives and exits at once, however long the work in oth
 from __future__ import annotations
 
 import os
+import re
 import signal
 import stat
 import sys
@@ -43,6 +44,32 @@ def is_stream(path: str | os.PathLike) -> bool:
     except OSError:
         return False
     return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
+
+
+_FD_PATH = re.compile(r"/(?:dev/fd|proc/self/fd|proc/(\d+)/fd)/(\d+)")
+_STD_PATHS = {"/dev/stdin": 0, "/dev/stdout": 1, "/dev/stderr": 2}
+
+
+def inherited_fd(path: str | os.PathLike) -> int | None:
+    """The descriptor number when ``path`` names one of this process's own open descriptors
+    (``/dev/stdout``, ``/dev/fd/3``, ``/proc/self/fd/1``, or a symlink to one), else None.
+
+    Such a path is written through the descriptor, never opened anew: when standard output is
+    redirected to a regular file (``rlvr score ... --output /dev/stdout > log``), renaming a new
+    file over the link's target would leave the shell writing to an unlinked file, and opening
+    it with truncation would erase what the shell wrote before.
+    """
+    current = os.path.abspath(path)
+    for _ in range(40):  # the kernel's own limit on symlink hops
+        if current in _STD_PATHS:
+            return _STD_PATHS[current]
+        m = _FD_PATH.fullmatch(current)
+        if m and (m.group(1) is None or int(m.group(1)) == os.getpid()):
+            return int(m.group(2))
+        if not os.path.islink(current):
+            return None
+        current = os.path.normpath(os.path.join(os.path.dirname(current), os.readlink(current)))
+    return None
 
 
 def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
@@ -110,6 +137,15 @@ def open_output(path: str | os.PathLike, *, binary: bool = False, option: str = 
         stream.flush()
         return
     path = Path(path)
+    fd = inherited_fd(path)
+    if fd is not None:  # /dev/stdout & co.: this process's own descriptor, whatever it points at
+        try:
+            f = os.fdopen(os.dup(fd), mode, encoding=encoding)
+        except OSError as exc:
+            raise RlvrError(f"cannot write {option} {path}: {exc.strerror}") from None
+        with f:
+            yield f
+        return
     if is_stream(path):
         try:
             f = open(path, mode, encoding=encoding)

@@ -619,3 +619,40 @@ def test_read_jsonl_reports_bad_bytes_and_files_by_line(tmp_path):
         list(read_jsonl(cut))
     with pytest.raises(RlvrError, match="cannot read: Is a directory"):
         list(read_jsonl(tmp_path))
+
+
+@pytest.mark.parametrize("name", ["/dev/stdout", "/proc/self/fd/1", "/dev/fd/1"])
+def test_score_to_dev_stdout_redirected_to_a_file_appends_to_it(plugin_env, tmp_path, name):
+    """`rlvr score ... --output /dev/stdout >> log`: the records go into log through the
+    inherited descriptor; the file is neither replaced (the shell would go on writing to an
+    unlinked inode) nor truncated (what the shell wrote before would be lost)."""
+    src = write_records(tmp_path / "in.jsonl", 2)
+    log = tmp_path / "log.txt"
+    log.write_text("before\n")
+    inode = log.stat().st_ino
+    with open(log, "a") as f:
+        out = subprocess.run([RLVR, "score", "--reward", "needy", "--input", str(src), "--output", name],
+                             stdout=f, stderr=subprocess.PIPE, text=True, env={**os.environ, **plugin_env})
+        f.write("after\n")
+    assert out.returncode == 0, out.stderr
+    lines = log.read_text().splitlines()
+    assert lines[0] == "before" and lines[-1] == "after" and len(lines) == 4
+    assert [json.loads(x)["reward"] for x in lines[1:3]] == [1.0, 1.0]
+    assert log.stat().st_ino == inode
+
+
+def test_score_takes_chat_completions(plugged, tmp_path):
+    """A completion given as chat messages (as TRL and OpenAI-style logs write them) is scored on
+    its last assistant turn; the record is written back as it came."""
+    src = tmp_path / "in.jsonl"
+    chat = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "42"}]
+    src.write_text(json.dumps({"completion": chat, "answer": "42"}) + "\n"
+                   + json.dumps({"completion": {"role": "assistant", "content": "41"}, "answer": "42"}) + "\n")
+    out = plugged("score", "--reward", "needy", "--input", src, "--output", "-")
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(x) for x in out.stdout.splitlines()]
+    assert [r["reward"] for r in rows] == [1.0, 0.0] and rows[0]["completion"] == chat
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"completion": 5, "answer": "5"}\n')
+    one_line_error(plugged("score", "--reward", "needy", "--input", bad, "--output", "-"),
+                   "record 1 has no 'completion' (a string, or chat messages")
