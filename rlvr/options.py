@@ -6,7 +6,7 @@ values each accepts comes from its annotation, checked with pydantic:
 - ``Literal["a", "b"]``: one of the choices (an unknown one is named with the close choice);
 - ``Annotated[float, annotated_types.Gt(0)]`` (or ``Field(gt=0)`` in the ``Annotated``): a range;
 - ``bool``, ``int``, ``str`` are strict wherever they appear: ``2`` or ``"maybe"`` is not a bool,
-  ``5.0``, ``"5"`` or ``true`` is not an int; a ``float`` takes ints too (``5`` -> ``5.0``);
+  ``5.5``, ``"5"`` or ``true`` is not an int (``5.0`` and ``1e3`` are); a ``float`` takes ints too (``5`` -> ``5.0``);
   numbers are finite (no ``.inf``/``.nan``); other types follow pydantic's usual rules.
 
 An unannotated option must have the kind of its default: true or false for a ``bool`` default,
@@ -29,14 +29,19 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Mapping, Union
 
 import annotated_types as at
-from pydantic import ConfigDict, Field, Strict, ValidationError, create_model
+from pydantic import BeforeValidator, ConfigDict, Field, Strict, ValidationError, create_model
 from pydantic.fields import FieldInfo
 
 from . import RlvrError
 
 # Scalars are strict wherever they appear in an annotation (see the module docstring).
-_STRICT = {bool: Annotated[bool, Strict()], int: Annotated[int, Strict()], str: Annotated[str, Strict()],
-           float: Annotated[float, Strict()]}
+def _integral(value: Any) -> Any:
+    """``1e3`` (YAML reads it as a float) for an integer option: a whole float is that integer."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+_STRICT = {bool: Annotated[bool, Strict()], int: Annotated[int, BeforeValidator(_integral), Strict()],
+           str: Annotated[str, Strict()], float: Annotated[float, Strict()]}
 # Containers whose item types are made strict too; anything else is left to pydantic as written.
 _CONTAINERS = (list, tuple, set, frozenset, dict, collections.abc.Sequence, collections.abc.Mapping,
                collections.abc.Set)
@@ -63,10 +68,12 @@ class OptionSpec:
 
 
 class OptionChecker:
-    """A reward's options, checked the same way by ``rlvr validate``, ``train``, ``eval`` and ``score``."""
+    """A reward's (or a task's) options, checked the same way by ``rlvr validate``, ``train``,
+    ``eval`` and ``score``."""
 
-    def __init__(self, reward: str, options: Mapping[str, OptionSpec]):
+    def __init__(self, reward: str, options: Mapping[str, OptionSpec], kind: str = "reward"):
         self.reward = reward
+        self.kind = kind
         self.options = dict(options)
         # One model per reward; fields are named o0, o1.. (aliased to the option names) so that an
         # option called ``json`` or ``copy`` cannot clash with BaseModel's own attributes.
@@ -84,7 +91,7 @@ class OptionChecker:
         for name in values:
             if name not in self.options:
                 known = ", ".join(self.options) or "none"
-                raise RlvrError(f"reward {self.reward!r} has no option {name!r}{did_you_mean(str(name), self.options)}; "
+                raise RlvrError(f"{self.kind} {self.reward!r} has no option {name!r}{did_you_mean(str(name), self.options)}; "
                                 f"options: {known}")
         try:
             model = self._model.model_validate(dict(values))
@@ -107,10 +114,10 @@ class OptionChecker:
             inner = ".".join(map(str, err["loc"][1:]))
             what = f"{_show(value)}: {inner + ': ' if inner else ''}{err['msg'].removeprefix('Value error, ')}"
         more = len({e["loc"][0] for e in errors}) - 1
-        return f"reward {self.reward!r} option {name}: {what}" + (f" (and {more} more)" if more > 0 else "")
+        return f"{self.kind} {self.reward!r} option {name}: {what}" + (f" (and {more} more)" if more > 0 else "")
 
 
-def option_checker(reward: str, fn: Any, defaults: Mapping[str, Any]) -> OptionChecker:
+def option_checker(reward: str, fn: Any, defaults: Mapping[str, Any], kind: str = "reward") -> OptionChecker:
     """The checker of ``fn``'s options (name -> default). Raises TypeError for an annotation that
     cannot be resolved or checked, naming the option; the registrar adds the plugin's name."""
     params = inspect.signature(fn).parameters
@@ -125,7 +132,7 @@ def option_checker(reward: str, fn: Any, defaults: Mapping[str, Any]) -> OptionC
         else:
             annotation = _resolve(fn, name, raw)
         specs[name] = OptionSpec(name, default, _strict(annotation), describe(annotation), _choices(annotation))
-    return OptionChecker(reward, specs)
+    return OptionChecker(reward, specs, kind)
 
 
 def _resolve(fn: Any, name: str, raw: Any) -> Any:

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from . import RlvrError
+from .options import option_checker
 from .plugins import Registry, did_you_mean
 from .template import fields
 
@@ -480,7 +481,7 @@ def resolve(recipe: Recipe, registry: Registry) -> None:
 def _check_task(registry: Registry, ref: TaskRef, prompt: PromptConfig, splits: list[str], recipe: Recipe, where: str) -> None:
     task = registry.task(ref.name)
     columns = set(task.columns)
-    _check_task_options(task, ref.options, where)
+    ref.options = {**ref.options, **_check_task_options(task, ref.options, where)}  # 1e3 -> 1000
     for split in splits:
         if task.splits and split not in task.splits:
             raise RlvrError(
@@ -532,17 +533,26 @@ def _check_prompt(registry: Registry, task, prompt: PromptConfig, recipe: Recipe
         )
 
 
-def _check_task_options(task, options: dict, where: str) -> None:
+def _check_task_options(task, options: dict, where: str) -> dict:
+    """A task's options are its loader's keyword-only parameters (but ``data_dir``), checked from
+    their annotations as reward options are; with ``**kwargs`` it takes other names too."""
     params = inspect.signature(task.load).parameters
-    if any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        return
-    allowed = [n for n, p in params.items() if p.kind is p.KEYWORD_ONLY and n != "data_dir"]
+    open_ended = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    allowed = {n: p.default for n, p in params.items() if p.kind is p.KEYWORD_ONLY and n != "data_dir"}
     for option in options:
-        if option not in allowed:
+        if option not in allowed and not open_ended:
             raise RlvrError(
                 f"{where}task.options: task {task.name!r} has no option {option!r}"
                 f"{did_you_mean(option, allowed)}; options: {', '.join(allowed) or 'none'}"
             )
+    try:
+        checker = option_checker(task.name, task.load, allowed, kind="task")
+    except TypeError as exc:
+        raise RlvrError(f"plugin {task.plugin!r}: task {task.name!r}: {exc}") from None
+    try:
+        return checker.check({k: v for k, v in options.items() if k in allowed})
+    except RlvrError as exc:
+        raise RlvrError(f"{where}task.options: {exc}") from None
 
 
 def _check_correctness(recipe: Recipe) -> None:

@@ -309,3 +309,23 @@ def test_a_gold_declaration_must_name_a_column():
     pm.register(Plugin(), name="p")
     with pytest.raises(RlvrError, match="gold column 'answr' is not one of its columns"):
         load_registry(pm)
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [("abc", "option size: 'abc' is not an integer"), ("2.5", "option size: 2.5 is not an integer"),
+     ("true", "option size: True is not an integer")],
+)
+def test_task_options_are_checked_from_the_loader_signature(tmp_path, registry, value, message):
+    recipe = load_recipe(write(tmp_path, BASE), [f"task.options.size={value}"])
+    with pytest.raises(RlvrError, match=f"task.options: task 'arithmetic' {message}"):
+        resolve(recipe, registry)
+
+
+def test_task_options_are_converted_before_loading(tmp_path, registry):
+    from rlvr.recipe import load_rows
+
+    recipe = load_recipe(write(tmp_path, BASE), ["task.options.size=1e2"])
+    resolve(recipe, registry)
+    assert recipe.task.options["size"] == 100 and type(recipe.task.options["size"]) is int
+    assert len(load_rows(registry, recipe.task, "train")) > 50
