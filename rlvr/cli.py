@@ -147,6 +147,7 @@ def rewards():
         columns = ", ".join(spec.columns) or "-"
         click.echo(f"  columns: {columns}{' + every other column (**kwargs)' if spec.accepts_any else ''}")
         click.echo(f"  optional columns: {', '.join(spec.optional_columns) or '-'}")
+        click.echo(f"  gold (a prompt may not show it): {', '.join(spec.gold_columns) or '-'}")
         if not spec.options:
             click.echo("  options: -")
             continue

@@ -38,6 +38,9 @@ def test_tasks_and_rewards_listings(rlvr_cmd):
     assert blocks["math"].startswith("math (plugin math): ") and "\n  columns: answer\n" in blocks["math"]
     code = blocks["code"].splitlines()
     assert "  optional columns: prompt, test, entry_point, test_list, test_setup_code, io_tests" in code
+    assert "  gold (a prompt may not show it): test, test_list, io_tests" in code
+    assert "\n  gold (a prompt may not show it): answer\n" in blocks["math"]
+    assert "\n  gold (a prompt may not show it): -\n" in blocks["countdown"]
     options = {line.split()[0]: line.strip() for line in code if line.startswith("    ")}
     assert re.fullmatch(r"timeout = 10\.0 +a number > 0 and <= 3600", options["timeout"])
     assert re.fullmatch(r"memory_mb = 1024 +an integer >= 64", options["memory_mb"])
