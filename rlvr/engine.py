@@ -33,17 +33,17 @@ from typing import Any
 from . import RlvrError
 from .checkpoint import TrainState, check_output_dir, load_checkpoint, save_checkpoint, save_final
 from .evaluate import eval_max_tokens, evaluate_with
-from .learner import Learner
+from .learner import Learner, is_correction_mode
 from .logs import RunOutput
 from .metrics import MetricsLog, reduce_sums, rollout_sums, step_line, step_row
 from .models import resolve_model
 from .plugins import Registry
-from .policy import build_policy, lr_multiplier, sync_weights
+from .policy import build_policy, lr_multiplier, sync_weights, trainer_dtype
 from .prompts import PromptSet, load_prompt_set
 from .recipe import Recipe
 from .rewards import BoundReward, bind_rewards
 from .rollout import PromptStream, RolloutProducer
-from .samplers import make_sampler
+from .samplers import make_sampler, sampler_dtype
 
 log = logging.getLogger("rlvr.engine")
 
@@ -146,11 +146,13 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
             sync_weights(backend.module, sampler, lora=lora, zero3=zero3)
             log.info(f"resumed at step {state.step}")
         stream = PromptStream(len(train_set.rows), recipe.data.seed, rank, world, position)
+        is_mode, want_logprobs = _importance_sampling(recipe, cuda)
         producer = RolloutProducer(sampler, rewards, train_set, stream, groups=recipe.prompts_per_step // world,
-                                   sampling=s, dynamic_sampling=algo.dynamic_sampling, seed=t.seed, rank=rank)
+                                   sampling=s, dynamic_sampling=algo.dynamic_sampling, seed=t.seed, rank=rank,
+                                   logprobs=want_logprobs)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         learner = Learner(backend, algo, micro_batch_size=t.micro_batch_size, temperature=s.temperature,
-                          pad_id=pad_id, device=device, ref_model=ref_model,
+                          pad_id=pad_id, device=device, ref_model=ref_model, is_mode=is_mode,
                           # transformers drops the key/value cache that prompt sharing needs under checkpointing
                           share_prompts=t.share_prompts and not recipe.model.gradient_checkpointing)
         evaluate = Evaluator(recipe, rewards, sampler, eval_set, rank, world, output_dir) if eval_set else None
@@ -171,7 +173,7 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
             times["step"] = time.perf_counter() - step_start
             state.step += 1
             grad_norm = update.pop("grad_norm")
-            sums = reduce_sums({**rollout_sums(rollout), **update}, maxima=["len_max"])
+            sums = reduce_sums({**rollout_sums(rollout), **update}, maxima=["len_max", "is_weight_max"])
             row = step_row(step, sums, world=world, reward_names=rollout.reward_names, times=times,
                            lr=backend.lr, grad_norm=grad_norm)  # the rate the optimizer really used
             metrics.write(row)
@@ -191,6 +193,19 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
         dist.barrier()
         sampler.close()  # vLLM's shutdown may tear down the default process group: nothing collective after it
         return summary
+
+
+def _importance_sampling(recipe: Recipe, cuda: bool) -> tuple[str, bool]:
+    """(correction mode, whether to ask the sampler for log-probs). The HF sampler is the
+    trainer's own module; vLLM's log-probs cost nothing extra, so they are always taken there and
+    the sampler-trainer mismatch is measured whatever the mode."""
+    import torch
+
+    s = recipe.sampling
+    trainer = trainer_dtype(recipe.model.dtype, cuda, cuda and torch.cuda.is_bf16_supported())
+    sampler = trainer if s.backend == "hf" else sampler_dtype(s.dtype, on_cpu=not cuda)
+    mode = is_correction_mode(recipe.algorithm.is_correction.mode, sampler_dtype=sampler, trainer_dtype=trainer)
+    return mode, mode != "none" or s.backend == "vllm"
 
 
 def _write_summary(summary: dict, output_dir: Path) -> None:

@@ -17,7 +17,7 @@ import torch
 
 from .algo import rloo_advantages, shortest_correct_penalty
 from .forward import completion_logits, plan_micro_batches
-from .losses import aggregate, kl_estimate, policy_loss, token_logprobs_and_entropy
+from .losses import aggregate, importance_weights, kl_estimate, policy_loss, token_logprobs_and_entropy
 from .metrics import reduce_sums
 from .rollout import Rollout
 
@@ -48,6 +48,26 @@ def shape_rewards(rewards: Sequence[float | None], lengths: Sequence[int], group
     return [None if r is None else r + p for r, p in zip(rewards, penalty)]
 
 
+def is_correction_mode(configured: str, *, sampler_dtype: str, trainer_dtype: str, max_staleness: int = 0) -> str:
+    """The importance-sampling correction a run uses: ``auto`` is ``tis`` when the sampler's
+    distribution is known to differ from the trainer's (another dtype, or older weights), else
+    ``none``."""
+    if configured != "auto":
+        return configured
+    return "tis" if sampler_dtype != trainer_dtype or max_staleness > 0 else "none"
+
+
+def behaviour_logprobs(completions: Sequence, like: torch.Tensor) -> torch.Tensor:
+    """The sampler's per-token log-probs of ``completions``, laid out as ``like`` ([B, C], zeros
+    after each completion's end)."""
+    out = torch.zeros(like.shape, dtype=torch.float32)
+    for row, c in enumerate(completions):
+        if c.logprobs is None:
+            raise ValueError("importance sampling needs the sampler's log-probs of every completion")
+        out[row, : len(c.logprobs)] = torch.tensor(c.logprobs, dtype=torch.float32)
+    return out.to(like.device)
+
+
 def sequence_weights(keep: Sequence[bool], truncated: Sequence[bool], mask_truncated: bool) -> list[float]:
     """1.0 for sequences the loss counts: a baseline exists, and not truncated when masked."""
     return [float(k and not (mask_truncated and t)) for k, t in zip(keep, truncated)]
@@ -55,12 +75,13 @@ def sequence_weights(keep: Sequence[bool], truncated: Sequence[bool], mask_trunc
 
 class Learner:
     def __init__(self, backend: Backend, algorithm, *, micro_batch_size: int, temperature: float, pad_id: int,
-                 device, share_prompts: bool, ref_model: torch.nn.Module | None = None):
+                 device, share_prompts: bool, ref_model: torch.nn.Module | None = None, is_mode: str = "none"):
         """``ref_model`` None with ``algorithm.kl.beta > 0`` means the reference is the policy with
-        its LoRA adapters disabled."""
+        its LoRA adapters disabled. ``is_mode`` (none, tis, mis) weights the loss against the
+        sampler's log-probs; when completions carry them, the mismatch is measured in any mode."""
         self.backend, self.algo, self.micro = backend, algorithm, micro_batch_size
         self.temperature, self.pad_id, self.device = temperature, pad_id, device
-        self.share_prompts, self.ref_model = share_prompts, ref_model
+        self.share_prompts, self.ref_model, self.is_mode = share_prompts, ref_model, is_mode
 
     def logprobs(self, module, prompts, completions, want_entropy: bool = False):
         """Per-token log-probs [B, C] at the sampling temperature, the completion mask, and
@@ -80,7 +101,8 @@ class Learner:
 
     def update(self, rollout: Rollout, lr: float) -> dict[str, float]:
         """Train on one rollout; returns sums over this rank's tokens (loss, kl, entropy,
-        clip_low, clip_high, tokens), group counts and the last step's grad norm."""
+        clip_low, clip_high, tokens; ``is_*`` and ``mismatch_k3`` when the completions carry the
+        sampler's log-probs), group counts and the last step's grad norm."""
         algo, kl = self.algo, self.algo.kl
         k, n = rollout.group_size, len(rollout.completions)
         prompts, completions = rollout.seq_prompts, [c.token_ids for c in rollout.completions]
@@ -110,6 +132,10 @@ class Learner:
         norm = reduce_sums({"tokens": sum(l * w for l, w in zip(rollout.lengths, weights)), "seqs": sum(weights)})
         clip = (algo.clip.eps_low, algo.clip.eps_high) if algo.clip else None
         stats = dict.fromkeys(("loss", "kl", "entropy", "clip_low", "clip_high", "tokens"), 0.0)
+        # Importance weights between the sampler (behaviour) and the policy this update starts
+        # from; they multiply the whole per-token loss, PPO's clipped ratio included (decoupled PPO).
+        measure_is = self.is_mode != "none" or all(c.logprobs is not None for c in rollout.completions)
+        is_weights: list[torch.Tensor] = []
         self.backend.set_lr(lr)
         grad_norm = 0.0
         for epoch in range(algo.ppo_epochs):
@@ -118,13 +144,24 @@ class Learner:
                 logp, resp_mask, entropy = self.logprobs(self.backend.policy, *batch, want_entropy=first)
                 mask = resp_mask * torch.tensor([weights[i] for i in idx], device=self.device).unsqueeze(-1)
                 adv = torch.tensor([advantages[i] for i in idx], device=self.device, dtype=torch.float32)
-                tok_loss, c_low, c_high = policy_loss(logp, old[j] if need_old else logp.detach(), adv, clip)
+                proximal = old[j] if need_old else logp.detach()
+                tok_loss, c_low, c_high = policy_loss(logp, proximal, adv, clip)
                 if kl.beta > 0:
                     kl_tok = kl_estimate(logp, ref[j], kl.estimator)
                     if kl.target == "loss":
                         tok_loss = tok_loss + kl.beta * kl_tok
                     if first:
                         stats["kl"] += float((kl_tok.detach() * resp_mask).sum())
+                if measure_is:
+                    if first:
+                        behaviour = behaviour_logprobs([rollout.completions[i] for i in idx], logp)
+                        w, is_stats = importance_weights(proximal, behaviour, resp_mask, self.is_mode,
+                                                         algo.is_correction.cap)
+                        is_weights.append(w)
+                        for name, value in is_stats.items():
+                            stats[name] = max(stats.get(name, 0.0), value) if name.endswith("_max") \
+                                else stats.get(name, 0.0) + value
+                    tok_loss = tok_loss * is_weights[j]
                 loss = aggregate(tok_loss, mask, algo.loss_aggregation, norm["tokens"], norm["seqs"])
                 self.backend.backward(loss)
                 if first:

@@ -88,3 +88,53 @@ def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, num_tokens: f
     if mode == "seq_mean_token_mean":
         return (per_seq / mask.sum(-1).clamp(min=1.0)).sum() / max(num_seqs, 1.0)
     raise ValueError(f"unknown loss aggregation {mode!r}")
+
+
+def importance_weights(
+    logp: torch.Tensor, behaviour_logp: torch.Tensor, mask: torch.Tensor, mode: str, cap: float
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """Per-token weights correcting for the sampler (behaviour policy) not being the trainer's
+    policy, and sums describing the mismatch. No gradient flows through the weights.
+
+    ``logp`` is the trainer's log-prob of the sampled tokens under the policy the update starts
+    from (the proximal policy), ``behaviour_logp`` the sampler's, both at the sampling
+    temperature. With ``w = exp(logp - behaviour_logp)`` per token:
+
+    - ``tis`` (truncated IS): weight ``min(w, cap)``;
+    - ``mis`` (masked IS): weight 1 for sequences whose geometric-mean ratio
+      ``exp(mean_t log w)`` lies in ``[1/cap, cap]``, 0 for the others (length-independent,
+      unlike the product of the token ratios);
+    - ``none``: weight 1 (the sums are still computed: they measure the mismatch).
+
+    Sums over ``mask`` tokens: ``is_weight`` (of w), ``is_tokens``, ``is_capped`` (tokens with
+    w > cap), ``is_masked`` (sequences masked), ``is_seqs``, ``mismatch_k3`` (k3 estimate of
+    KL(sampler || trainer) from the sampler's samples: ``w - 1 - log w``), and ``is_weight_max``.
+    """
+    mask = mask.to(torch.float32)
+    with torch.no_grad():
+        log_w = ((logp.float() - behaviour_logp.float()) * mask).clamp(-20.0, 20.0)
+        w = log_w.exp()
+        tokens = mask.sum(-1)
+        if mode == "tis":
+            weights = w.clamp(max=cap)
+            masked = torch.zeros_like(tokens, dtype=torch.bool)
+        elif mode == "mis":
+            seq_log = log_w.sum(-1) / tokens.clamp(min=1.0)
+            masked = (seq_log.abs() > torch.log(torch.tensor(cap))) & (tokens > 0)
+            weights = (~masked).float().unsqueeze(-1).expand_as(w)
+        elif mode == "none":
+            weights = torch.ones_like(w)
+            masked = torch.zeros_like(tokens, dtype=torch.bool)
+        else:
+            raise ValueError(f"unknown importance-sampling correction {mode!r} (none, tis, mis)")
+        on = mask > 0
+        stats = {
+            "is_weight": float((w * mask).sum()),
+            "is_tokens": float(mask.sum()),
+            "is_capped": float(((w > cap) & on).sum()),
+            "is_masked": float(masked.sum()),
+            "is_seqs": float((tokens > 0).sum()),
+            "mismatch_k3": float(((w - 1.0 - log_w) * mask).sum()),
+            "is_weight_max": float(w[on].max()) if bool(on.any()) else 0.0,
+        }
+    return weights * mask, stats

@@ -16,7 +16,8 @@ from typing import Iterable, Mapping
 
 
 def reduce_sums(stats: Mapping[str, float], maxima: Iterable[str] = ()) -> dict[str, float]:
-    """Each named value summed over ranks (for names in ``maxima``: the largest).
+    """Each named value summed over ranks (for names in ``maxima``: the largest; a name in
+    ``maxima`` that ``stats`` lacks is ignored).
 
     Every rank must pass the same names: a checksum of them travels with the values and a
     mismatch raises instead of adding unrelated numbers together.
@@ -27,7 +28,7 @@ def reduce_sums(stats: Mapping[str, float], maxima: Iterable[str] = ()) -> dict[
         return dict(stats)
     import torch
 
-    maxima = set(maxima)
+    maxima = set(maxima) & set(stats)
     names = sorted(stats)
     check = float(zlib.crc32("\0".join(names).encode()))
     summed = torch.tensor([check] + [0.0 if n in maxima else float(stats[n]) for n in names], dtype=torch.float64)
@@ -89,6 +90,14 @@ def step_row(step: int, s: Mapping[str, float], *, world: int, reward_names: Ite
     }
     for name in reward_names:
         row[f"reward/{name}"] = _ratio(s[f"reward/{name}/sum"], s[f"reward/{name}/n"], math.nan)
+    if "is_tokens" in s:  # the sampler's log-probs came back: its mismatch with the trainer
+        row.update({
+            "is_weight_mean": _ratio(s["is_weight"], s["is_tokens"]),
+            "is_weight_max": s["is_weight_max"],
+            "is_capped_frac": _ratio(s["is_capped"], s["is_tokens"]),
+            "is_masked_frac": _ratio(s["is_masked"], s["is_seqs"]),
+            "mismatch_k3": _ratio(s["mismatch_k3"], s["is_tokens"]),
+        })
     return row
 
 

@@ -107,6 +107,14 @@ class DeepSpeedBackend:
         return self.engine.optimizer.param_groups[0]["lr"]
 
 
+def trainer_dtype(model_dtype: str, cuda: bool, bf16_supported: bool) -> str:
+    """The dtype the policy computes in: a recipe's ``model.dtype`` ("auto": bfloat16 on a GPU
+    that has it, else float32; weights and optimizer state stay float32 either way)."""
+    if model_dtype == "auto":
+        return "bfloat16" if cuda and bf16_supported else "float32"
+    return model_dtype
+
+
 def build_policy(recipe, model_path: str, *, world: int, device, cuda: bool):
     """(DeepSpeedBackend, reference model or None, zero stage) for a recipe."""
     import deepspeed
@@ -114,8 +122,8 @@ def build_policy(recipe, model_path: str, *, world: int, device, cuda: bool):
     from transformers import AutoModelForCausalLM
 
     t, kl = recipe.trainer, recipe.algorithm.kl
-    bf16 = recipe.model.dtype == "bfloat16" or (recipe.model.dtype == "auto" and cuda and torch.cuda.is_bf16_supported())
-    fp16 = recipe.model.dtype == "float16"
+    dtype = trainer_dtype(recipe.model.dtype, cuda, cuda and torch.cuda.is_bf16_supported())
+    bf16, fp16 = dtype == "bfloat16", dtype == "float16"
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     model.config.use_cache = False
     if recipe.model.gradient_checkpointing:

@@ -132,6 +132,14 @@ class DynamicSamplingConfig(Strict):
     max_rounds: int = Field(default=3, ge=1)
 
 
+class ISCorrectionConfig(Strict):
+    # Importance sampling against the sampler's own log-probs (the behaviour policy): tis = per-token
+    # weights min(w, cap); mis = sequences whose geometric-mean ratio leaves [1/cap, cap] are masked;
+    # auto = tis when the sampler's dtype differs from the trainer's, else none.
+    mode: Literal["auto", "none", "tis", "mis"] = "auto"
+    cap: float = Field(default=2.0, gt=1)
+
+
 class AlgorithmConfig(Strict):
     normalize_advantages: Literal["none", "group_std", "batch_std"] = "none"
     clip: ClipConfig | None = None
@@ -141,6 +149,7 @@ class AlgorithmConfig(Strict):
     length_penalty: LengthPenaltyConfig | None = None
     mask_truncated: bool = False
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
+    is_correction: ISCorrectionConfig = Field(default_factory=ISCorrectionConfig)
 
 
 class TrainerConfig(Strict):

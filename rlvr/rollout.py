@@ -84,9 +84,11 @@ class RolloutProducer:
     """Samples and scores this rank's share of every step's prompts."""
 
     def __init__(self, sampler: Sampler, rewards: Sequence[BoundReward], prompts: PromptSet, stream: PromptStream,
-                 *, groups: int, sampling, dynamic_sampling, seed: int, rank: int = 0):
+                 *, groups: int, sampling, dynamic_sampling, seed: int, rank: int = 0, logprobs: bool = False):
+        """``logprobs``: ask the sampler for each sampled token's log-prob (importance sampling)."""
         self.sampler, self.rewards, self.prompts, self.stream = sampler, list(rewards), prompts, stream
         self.groups, self.sampling, self.dynamic, self.seed, self.rank = groups, sampling, dynamic_sampling, seed, rank
+        self.logprobs = logprobs
 
     def produce(self, step: int) -> Rollout:
         k = self.sampling.num_generations
@@ -101,7 +103,7 @@ class RolloutProducer:
             outs = self.sampler.generate(
                 [self.prompts.prompts[i].ids for i in wanted], n=k, temperature=self.sampling.temperature,
                 top_p=self.sampling.top_p, max_tokens=self.sampling.max_tokens,
-                seed=self.seed * 1_000_003 + step * 1_009 + rounds * 101 + self.rank)
+                seed=self.seed * 1_000_003 + step * 1_009 + rounds * 101 + self.rank, logprobs=self.logprobs)
             t1 = time.perf_counter()
             flat = [c for group in outs for c in group]
             scored = score_batch(

@@ -86,8 +86,12 @@ def train_two_steps(recipe, out, env, *sets: str, verbose: bool = False) -> list
 def test_two_steps_hf_sampler(tmp_path, tiny_model, test_plugin):
     recipe, env = make_run(tmp_path, tiny_model, test_plugin)
     out = tmp_path / "run"
-    metrics = train_two_steps(recipe, out, env, "trainer.eval_every=1", "eval.limit=4")
+    metrics = train_two_steps(recipe, out, env, "trainer.eval_every=1", "eval.limit=4",
+                              "algorithm.is_correction.mode=tis")
     assert metrics[0]["grad_norm"] > 0
+    # The HF sampler is the trainer's module: its processed log-probs are the trainer's.
+    for r in metrics:
+        assert r["is_weight_mean"] == pytest.approx(1.0, abs=1e-4) and r["is_capped_frac"] == 0, r
     assert metrics[0]["kl"] == pytest.approx(0.0, abs=1e-6) and metrics[1]["kl"] > 0  # policy == reference at step 0
     evals = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
     assert [(e["tag"], e["step"], e["n"]) for e in evals] == [("step1", 1, 4)]  # not after the last step
@@ -177,6 +181,10 @@ def test_two_steps_vllm_sampler(tmp_path, tiny_model, test_plugin):
     out = tmp_path / "run"
     metrics = train_two_steps(recipe, out, env, verbose=True)
     assert all(r["time_sync"] > 0 for r in metrics)
+    # vLLM's log-probs come back with every sample: same weights and dtype (float32 on this CPU)
+    # before and after the sync, so the importance weights are 1 and the mismatch ~0.
+    for r in metrics:
+        assert r["is_weight_mean"] == pytest.approx(1.0, abs=2e-3) and r["mismatch_k3"] < 1e-4, r
 
 
 @pytest.mark.parametrize("zero", [2, 3])
