@@ -42,7 +42,7 @@ from .policy import build_policy, lr_multiplier, sync_weights, trainer_dtype
 from .prompts import PromptSet, load_prompt_set
 from .recipe import Recipe
 from .rewards import BoundReward, bind_rewards
-from .rollout import PromptStream, RolloutProducer
+from .rollout import Pipeline, PromptStream, RolloutProducer
 from .samplers import make_sampler, sampler_dtype
 
 log = logging.getLogger("rlvr.engine")
@@ -85,8 +85,10 @@ class Evaluator:
     rank: int
     world: int
     output_dir: Path
+    pipeline: Pipeline  # the sampler must be idle and hold the newest weights first
 
     def __call__(self, tag: str, step: int) -> dict:
+        self.pipeline.quiesce()
         result, _ = evaluate_with(self.recipe, self.rewards, self.sampler, self.prompts, rank=self.rank, world=self.world)
         if self.rank == 0:
             with open(self.output_dir / "eval.jsonl", "a") as f:
@@ -150,12 +152,14 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
         producer = RolloutProducer(sampler, rewards, train_set, stream, groups=recipe.prompts_per_step // world,
                                    sampling=s, dynamic_sampling=algo.dynamic_sampling, seed=t.seed, rank=rank,
                                    logprobs=want_logprobs)
+        pipeline = Pipeline(producer, lambda: sync_weights(backend.module, sampler, lora=lora, zero3=zero3),
+                            max_staleness=s.max_staleness, total_steps=t.steps, version=state.step)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         learner = Learner(backend, algo, micro_batch_size=t.micro_batch_size, temperature=s.temperature,
                           pad_id=pad_id, device=device, ref_model=ref_model, is_mode=is_mode,
                           # transformers drops the key/value cache that prompt sharing needs under checkpointing
                           share_prompts=t.share_prompts and not recipe.model.gradient_checkpointing)
-        evaluate = Evaluator(recipe, rewards, sampler, eval_set, rank, world, output_dir) if eval_set else None
+        evaluate = Evaluator(recipe, rewards, sampler, eval_set, rank, world, output_dir, pipeline) if eval_set else None
         summary: dict[str, Any] = {"dropped_prompts": train_set.dropped}
         if t.eval_at_start and state.step == 0:
             summary["eval_before"] = evaluate("before", 0)
@@ -163,27 +167,29 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
         out.start_bar(state.step)
         while state.step < t.steps:
             step, step_start = state.step, time.perf_counter()
-            rollout = producer.produce(step)
+            rollout = pipeline.take(step)
             lr = t.lr * lr_multiplier(step, warmup=t.warmup_steps, total=t.steps, schedule=t.schedule)
             train_start = time.perf_counter()
             update = learner.update(rollout, lr)
-            times = {"generate": rollout.time_generate, "score": rollout.time_score,
-                     "train": time.perf_counter() - train_start,
-                     "sync": sync_weights(backend.module, sampler, lora=lora, zero3=zero3)}
-            times["step"] = time.perf_counter() - step_start
+            train_time = time.perf_counter() - train_start
             state.step += 1
+            pipeline.publish(state.step)
+            times = {"generate": rollout.time_generate, "score": rollout.time_score, "train": train_time,
+                     **pipeline.times, "step": time.perf_counter() - step_start}
             grad_norm = update.pop("grad_norm")
             sums = reduce_sums({**rollout_sums(rollout), **update}, maxima=["len_max", "is_weight_max"])
             row = step_row(step, sums, world=world, reward_names=rollout.reward_names, times=times,
-                           lr=backend.lr, grad_norm=grad_norm)  # the rate the optimizer really used
+                           lr=backend.lr, grad_norm=grad_norm,  # the rate the optimizer really used
+                           staleness=step - rollout.policy_version)
             metrics.write(row)
             out.step(step_line(row, t.steps))
             if state.step % t.save_every == 0 or state.step == t.steps:
-                save_checkpoint(backend.engine, ckpt_dir, state, rank=rank, data_position=stream.position,
+                save_checkpoint(backend.engine, ckpt_dir, state, rank=rank, data_position=rollout.stream_position,
                                 keep_last=t.keep_last)
             if t.eval_every and state.step % t.eval_every == 0 and state.step < t.steps:
                 evaluate(f"step{state.step}", state.step)
         out.stop_bar()
+        pipeline.close()
 
         if t.eval_at_end:
             summary["eval_after"] = evaluate("after", state.step)
@@ -204,7 +210,8 @@ def _importance_sampling(recipe: Recipe, cuda: bool) -> tuple[str, bool]:
     s = recipe.sampling
     trainer = trainer_dtype(recipe.model.dtype, cuda, cuda and torch.cuda.is_bf16_supported())
     sampler = trainer if s.backend == "hf" else sampler_dtype(s.dtype, on_cpu=not cuda)
-    mode = is_correction_mode(recipe.algorithm.is_correction.mode, sampler_dtype=sampler, trainer_dtype=trainer)
+    mode = is_correction_mode(recipe.algorithm.is_correction.mode, sampler_dtype=sampler, trainer_dtype=trainer,
+                              max_staleness=s.max_staleness)
     return mode, mode != "none" or s.backend == "vllm"
 
 

@@ -63,7 +63,7 @@ def _ratio(a: float, b: float, empty: float = 0.0) -> float:
 
 
 def step_row(step: int, s: Mapping[str, float], *, world: int, reward_names: Iterable[str],
-             times: Mapping[str, float], lr: float, grad_norm: float) -> dict:
+             times: Mapping[str, float], lr: float, grad_norm: float, staleness: int = 0) -> dict:
     """The metrics row of one step from sums over all ranks (``rollout_sums`` plus the update's)."""
     mean = _ratio(s["reward_sum"], s["reward_n"], math.nan)
     row = {
@@ -87,7 +87,11 @@ def step_row(step: int, s: Mapping[str, float], *, world: int, reward_names: Ite
         **{f"time_{name}": value for name, value in times.items()},
         "tokens_per_s": _ratio(s["len_sum"], times.get("generate", 0.0)),
         "sampling_rounds": s["rounds"] / world,
+        "staleness": staleness,  # optimizer steps between the sampler's weights and the trainer's
     }
+    for name in ("wait_samples", "wait_weights", "sync"):  # as fractions of the step, too
+        if name in times and times.get("step"):
+            row[f"{name}_frac"] = times[name] / times["step"]
     for name in reward_names:
         row[f"reward/{name}"] = _ratio(s[f"reward/{name}/sum"], s[f"reward/{name}/n"], math.nan)
     if "is_tokens" in s:  # the sampler's log-probs came back: its mismatch with the trainer

@@ -96,6 +96,10 @@ class LoraConfig(Strict):
 class SamplingConfig(Strict):
     backend: Literal["vllm", "hf"] = "vllm"
     num_generations: int = Field(default=8, ge=2, description="K samples per prompt")
+    # 0: sample, then train, then sync (synchronous). N >= 1: the next step's samples are drawn
+    # while the trainer trains, from weights at most N optimizer steps old (vLLM only: the HF
+    # sampler is the live model being trained).
+    max_staleness: int = Field(default=0, ge=0)
     # The trainer's log-probs are taken at this temperature too (logits / T), so the loss, KL
     # and entropy refer to the distribution that was sampled.
     temperature: float = Field(default=1.0, gt=0)
@@ -253,6 +257,9 @@ class Recipe(Strict):
             )
         if self.model.lora and t.zero_stage == 3:
             raise ValueError("model.lora with trainer.zero_stage 3 is not supported: use stage 0-2 for LoRA")
+        if self.sampling.max_staleness and self.sampling.backend == "hf":
+            raise ValueError("sampling.max_staleness >= 1 needs sampling.backend: vllm (the HF sampler generates "
+                             "with the very weights being trained, so it cannot run ahead)")
         return self
 
     @property

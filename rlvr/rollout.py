@@ -56,6 +56,8 @@ class Rollout:
     rounds: int = 1
     time_generate: float = 0.0
     time_score: float = 0.0
+    policy_version: int = 0  # optimizer steps the sampler's weights had taken when it sampled these
+    stream_position: int = 0  # this rank's prompt-stream position after taking these prompts
 
     @property
     def reward_names(self) -> list[str]:
@@ -126,4 +128,98 @@ class RolloutProducer:
             rewards=[r for _, _, rs, _ in kept for r in rs],
             reward_values={n: [v for *_, vals in kept for v in vals[n]] for n in names},
             reward_errors=errors, rounds=rounds, time_generate=t_gen, time_score=t_score,
+            stream_position=self.stream.position,
         )
+
+
+class Pipeline:
+    """Rollouts for the trainer, synchronous or drawn one step ahead on the sampler's own weights.
+
+    ``max_staleness`` 0: ``take(step)`` samples and scores, the trainer trains, ``publish``
+    syncs the new weights at once: the synchronous loop. ``max_staleness`` >= 1 (one step off
+    the policy): while the trainer trains on step s, a background thread samples and scores step
+    s + 1 with the weights the trainer had at the start of step s. ``publish`` only records the
+    trainer's new version; ``take(s + 1)`` waits for the rollout drawn ahead, syncs the new
+    weights into the now idle sampler and starts drawing step s + 2. So every rollout is exactly
+    one optimizer step old, within any ``max_staleness`` >= 1 (one batch in flight: with one
+    sampler, drawing further ahead adds no throughput). Every sync runs on the trainer's thread
+    (collectives under ZeRO-3 stay in order across ranks); the thread only generates and scores.
+
+    Times per step: ``wait_samples`` (the trainer blocked on the rollout), ``wait_weights``
+    (the sampler idle between finishing one rollout and starting the next), ``sync``.
+    """
+
+    def __init__(self, producer: RolloutProducer, sync, *, max_staleness: int, total_steps: int, version: int):
+        """``sync()`` pushes the trainer's weights into the sampler and returns the seconds it took;
+        ``version``: optimizer steps the sampler's weights have taken (the start step)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.producer, self.sync, self.max_staleness, self.total = producer, sync, max_staleness, total_steps
+        self.sampler_version = self.trainer_version = version
+        self.pending = None  # (step, future) of the rollout being drawn ahead
+        self.finished_at = None  # when the sampler last went idle
+        self.times: dict[str, float] = {}
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-rollout") if max_staleness else None
+
+    def take(self, step: int) -> Rollout:
+        """The rollout the trainer trains on at ``step``."""
+        self.times = {"wait_samples": 0.0, "wait_weights": 0.0, "sync": 0.0}
+        if self._pool is None:
+            rollout = self.producer.produce(step)
+            rollout.policy_version = self.sampler_version
+            self.times["wait_samples"] = rollout.time_generate + rollout.time_score
+            return rollout
+        if self.pending is None or self.pending[0] != step:
+            self._start(step)
+        start = time.perf_counter()
+        rollout = self.pending[1].result()
+        self.times["wait_samples"] = time.perf_counter() - start
+        self.pending = None
+        self._sync_if_behind()
+        if step + 1 < self.total:
+            self._start(step + 1)
+        if step - rollout.policy_version > self.max_staleness:  # cannot happen with one batch in flight
+            raise RuntimeError(f"rollout of step {step} was drawn at policy version {rollout.policy_version}, "
+                               f"more than sampling.max_staleness={self.max_staleness} steps old")
+        return rollout
+
+    def publish(self, version: int) -> float:
+        """The trainer's weights reached ``version``; synchronous mode syncs now (seconds taken)."""
+        self.trainer_version = version
+        if self._pool is None:
+            return self._sync_if_behind()
+        return 0.0
+
+    def quiesce(self) -> float:
+        """Wait for the sampler to be idle and give it the newest weights (before an evaluation
+        uses it, and at the end); the rollout drawn ahead, if any, is kept."""
+        if self.pending is not None:
+            self.pending[1].exception()  # wait; its errors surface in take()
+        return self._sync_if_behind()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _sync_if_behind(self) -> float:
+        if self.sampler_version == self.trainer_version:
+            return 0.0
+        seconds = self.sync()
+        self.sampler_version = self.trainer_version
+        self.times["sync"] = self.times.get("sync", 0.0) + seconds
+        return seconds
+
+    def _start(self, step: int) -> None:
+        if self.finished_at is not None:
+            self.times["wait_weights"] = time.perf_counter() - self.finished_at
+        version = self.sampler_version
+
+        def draw() -> Rollout:
+            try:
+                rollout = self.producer.produce(step)
+                rollout.policy_version = version
+                return rollout
+            finally:
+                self.finished_at = time.perf_counter()
+
+        self.pending = (step, self._pool.submit(draw))

@@ -187,6 +187,22 @@ def test_two_steps_vllm_sampler(tmp_path, tiny_model, test_plugin):
         assert r["is_weight_mean"] == pytest.approx(1.0, abs=2e-3) and r["mismatch_k3"] < 1e-4, r
 
 
+def test_one_step_ahead_with_vllm(tmp_path, tiny_model, test_plugin):
+    """sampling.max_staleness=1: step s+1 is drawn while step s trains, on weights one step old;
+    importance sampling (auto -> tis) corrects for it; an evaluation waits for an idle sampler."""
+    recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm", steps=3)
+    out = tmp_path / "run"
+    done = subprocess.run([RLVR, "train", recipe, "--output-dir", out, "--set", "sampling.max_staleness=1",
+                           "--set", "trainer.eval_every=2", "--set", "eval.limit=4"],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = rows(out)
+    assert [(r["step"], r["staleness"]) for r in metrics] == [(0, 0), (1, 1), (2, 1)]
+    assert all("is_capped_frac" in r and 0 <= r["wait_samples_frac"] <= 1 for r in metrics)
+    assert metrics[1]["mismatch_k3"] > 0  # one step of SGD at lr 1e-3 apart
+    assert [json.loads(line)["step"] for line in (out / "eval.jsonl").read_text().splitlines()] == [2]
+
+
 @pytest.mark.parametrize("zero", [2, 3])
 def test_two_ranks_zero_gloo(tmp_path, tiny_model, test_plugin, zero):
     recipe, env = make_run(tmp_path, tiny_model, test_plugin, zero=zero)
