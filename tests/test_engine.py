@@ -201,6 +201,12 @@ def test_one_step_ahead_with_vllm(tmp_path, tiny_model, test_plugin):
     assert all("is_capped_frac" in r and 0 <= r["wait_samples_frac"] <= 1 for r in metrics)
     assert metrics[1]["mismatch_k3"] > 0  # one step of SGD at lr 1e-3 apart
     assert [json.loads(line)["step"] for line in (out / "eval.jsonl").read_text().splitlines()] == [2]
+    # The checkpoint after step 2 resumes at step 2's prompts: 2 steps x 4 groups, not the 12 the
+    # stream had handed out once step 3 was being drawn ahead.
+    import torch
+
+    saved = torch.load(out / "checkpoints" / "step2" / "rng_rank0.pt", weights_only=False)
+    assert saved["data_position"] == 8
 
 
 @pytest.mark.parametrize("zero", [2, 3])
