@@ -36,9 +36,23 @@ $(RG_STAMP): examples/rlvr-reasoning-gym/pyproject.toml $(STAMP)
 	$(PIP) install -q --no-build-isolation -e examples/rlvr-reasoning-gym
 	touch $(RG_STAMP)
 
-test: install $(RG_STAMP)
+# Math-Verify 0.9.0's own test suite (the tests/ of its source distribution), which
+# tests/test_math_conformance.py runs through the math reward: fetched once (PyPI is
+# reachable here, not in the tests), checked against its sha256, unpacked into the venv.
+MV_SUITE := $(VENV)/math-verify-0.9.0
+MV_SUITE_SHA256 := 45ac6c61344ba056b9e99a660a4bc8d044ed408f730aed68c60435aa5eec4645
+
+$(MV_SUITE)/.fetched: | $(STAMP)
+	rm -rf $(MV_SUITE) && mkdir -p $(MV_SUITE)
+	$(PIP) download -q --no-deps --no-binary :all: math-verify==0.9.0 -d $(MV_SUITE)
+	echo "$(MV_SUITE_SHA256)  $(MV_SUITE)/math_verify-0.9.0.tar.gz" | sha256sum -c --quiet
+	tar -xzf $(MV_SUITE)/math_verify-0.9.0.tar.gz -C $(MV_SUITE) --strip-components=1
+	touch $@
+
+test: install $(RG_STAMP) $(MV_SUITE)/.fetched
 	$(PIP) install -q --no-deps --no-build-isolation -e examples/rlvr-countdown
 	@# pytest exits 5 when it collected nothing: a test run that tests nothing is a failure.
+	RLVR_MATH_VERIFY_SUITE="$(abspath $(MV_SUITE))" \
 	RLVR_DATA_DIR="$${RLVR_DATA_DIR:-$(DATA)}" $(VENV)/bin/pytest -q $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 

@@ -9,10 +9,19 @@ and sympy can hang inside C code where no signal handler runs, so a worker that
 overruns ``timeout`` is killed from outside and replaced; a softer SIGALRM limit
 at 85% of it usually stops the work first and keeps the worker):
 
-1. extract the gold answer (``gold`` option) and the predicted answer (``extract``);
+1. extract the gold answer (``gold`` option) and the predicted answer (``extract``).
+   The default, ``answer``, reads what the completion marks as its answer --
+   ``<answer>..</answer>``, ``\\boxed{}`` or ``#### N``, whichever comes last -- and
+   nothing else: a model earns no credit for a number it did not mark. ``auto`` also
+   reads "the answer is ..." (up to where that answer ends) and else the last complete
+   expression (a math environment, or plain text such as ``3+2``; never the 3 of
+   ``$10^3$``), for scoring free-form output. Boxes joined by "and" or commas
+   (``\\boxed{1}, \\boxed{2}``) are one answer, a list;
 2. normalise both strings (math delimiters, ``\\dfrac``, ``\\mathrm{e}``, units,
-   thousands separators, ``\\$``, degrees, scientific notation, repeating decimals);
-3. equal if identical after math-verify's normalisation; plain numbers (``-12``,
+   thousands separators, ``\\$``, degrees, scientific notation, repeating decimals,
+   lists joined by words, a worked computation ``1+18 = 19`` as its result);
+3. equal if identical after math-verify's normalisation; times of day (never ratios:
+   ``12:00`` is not ``1:00``) and ratios part by part; plain numbers (``-12``,
    ``1,000``, ``0.25``, ``\\frac{3}{4}``) are compared exactly without sympy;
 4. otherwise parse both with math-verify, each wrapped in ``\\boxed{}`` so that only
    its LaTeX parser runs on the whole string (its plain-text extractor takes the
@@ -24,9 +33,15 @@ at 85% of it usually stops the work first and keeps the worker):
    a relative tolerance of 2e-6 once a decimal appears, equations vs values (only
    ``x = 5`` may stand for ``5``, never ``x^2+1=0`` for ``0``), equations vs
    equations (equal up to a nonzero factor, so lines in any form), inequalities,
-   tuples, sets, intervals and matrices element-wise, and symbolic expressions
-   at random rational points with adaptive-precision evaluation;
-6. ``math_verify.verify`` for everything else (text answers, sets vs relations, ...).
+   tuples, sets, intervals and matrices element-wise, expression trees equal up to
+   the order of terms and factors (before any evaluation: a reordered symbolic sum
+   would take seconds at random points), symbolic expressions at random rational
+   points with adaptive-precision evaluation, and a decimal of fewer than 10
+   significant digits never equals an irrational value (``3.14159`` is not ``\\pi``);
+6. ``math_verify.verify`` for everything else (text answers, sets vs relations, ...);
+7. where the literal reading is not equal, other readings of either side: a gold
+   ``label = value`` (``V_1:V_2=11:21``, ``AB=4, CD=5``) against a bare value, and a
+   decimal comma (``1,22``) where the comma cannot separate thousands.
 
 Values: 1.0 equal, 0.0 different / no answer found / too slow (reason in
 ``info["why"]``), ``None`` when the gold answer cannot be parsed or the checker
@@ -37,21 +52,29 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Sequence
+from typing import Annotated, Any, Literal, Sequence, get_args
+
+from annotated_types import Ge, Gt
 
 from rlvr import RlvrError, Score, hookimpl
 from rlvr.rewards import completion_text
 
-__all__ = ["math_reward", "check_answer", "extract_answer", "extract_gold", "last_boxed", "rlvr_register_rewards"]
+__all__ = ["math_reward", "check_answer", "extract_answer", "extract_gold", "last_boxed", "boxed_answer",
+           "rlvr_register_rewards"]
 
-EXTRACT_MODES = ("boxed", "hash", "tag", "last_number", "auto")
-GOLD_MODES = ("auto", "hash", "boxed", "raw")
+# The options' allowed values, as annotations (the option checker reads them) and as tuples.
+ExtractMode = Literal["answer", "boxed", "hash", "tag", "last_number", "auto"]
+GoldMode = Literal["auto", "hash", "boxed", "raw"]
+EXTRACT_MODES = get_args(ExtractMode)
+GOLD_MODES = get_args(GoldMode)
 
 # --------------------------------------------------------------------------- extraction
-# Pure string work, no math imports: usable and testable in the host process.
+# Pure string work, no math imports: usable and testable in the host process. Every finder
+# is linear in the text (completions of megabytes must not stall the host).
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _BRACE_RE = re.compile(r"\\.|[{}]", re.DOTALL)
+_BOX_TOKEN_RE = re.compile(r"[^\s$]+")
 
 
 def _balanced_group(text: str, open_index: int) -> int | None:
@@ -68,6 +91,21 @@ def _balanced_group(text: str, open_index: int) -> int | None:
     return None
 
 
+def _box_at(text: str, start: int) -> tuple[str, int] | None:
+    """(content, end) of the box whose command starts at ``start``; None if it is not closed."""
+    m = _BOX_RE.match(text, start)
+    i = m.end()
+    while i < len(text) and text[i] in " \t":
+        i += 1
+    if i < len(text) and text[i] == "{":
+        end = _balanced_group(text, i)
+        return None if end is None else (text[i + 1 : end].strip(), end + 1)
+    token = _BOX_TOKEN_RE.match(text, i)  # "\boxed 5" is valid TeX
+    if token is None:
+        return None
+    return token.group(0).rstrip("."), token.end()
+
+
 def last_boxed(text: str) -> str | None:
     """Content of the last ``\\boxed{...}`` / ``\\fbox{...}`` (nested braces kept), or of ``\\boxed 5``.
 
@@ -78,32 +116,73 @@ def last_boxed(text: str) -> str | None:
         pass
     if match is None:
         return None
-    i = match.end()
-    while i < len(text) and text[i] in " \t":
-        i += 1
-    if i < len(text) and text[i] == "{":
-        end = _balanced_group(text, i)
-        return None if end is None else text[i + 1 : end].strip()
-    token = re.match(r"[^\s$]+", text[i:])  # "\boxed 5" is valid TeX
-    if token is None:
+    box = _box_at(text, match.start())
+    return None if box is None else box[0]
+
+
+_GAP_TEXT_RE = re.compile(r"\\(?:text|textrm|textnormal|textbf|textit|mathrm|mbox)\s*\{([^{}]*)\}")
+_GAP_NOISE_RE = re.compile(r"\\[()\[\]]|\$|\\(?:quad|qquad|[,;:! ])|~|\\\\|\*\*")
+# The label of the next box: "... and \( y_2 = \boxed{...}".
+_GAP_LABEL_RE = re.compile(r"(?:[A-Za-z]\w*(?:_\{?\w+\}?)?|[A-Za-z]+\([^()]*\))\s*=$")
+_GAP_JOIN_RE = re.compile(r"[,;&]?|[,;]?\s*(?:[a-z()]+\s+){0,4}(?:and|or)")
+
+
+def _joins(gap: str) -> bool:
+    """Do two boxes separated by ``gap`` form one answer (``\\boxed{1}, \\boxed{2}``,
+    ``\\boxed{(2,2)} \\text{ and } \\boxed{(6,2)}``, ``\\boxed{1} papers and \\boxed{2}``)?
+    Not when the gap is a sentence: the first box is then a draft or an intermediate result."""
+    if len(gap) > 80:
+        return False
+    g = _GAP_NOISE_RE.sub(" ", _GAP_TEXT_RE.sub(r" \1 ", gap)).strip()
+    g = _GAP_LABEL_RE.sub("", g).strip()
+    return bool(_GAP_JOIN_RE.fullmatch(" ".join(g.split()).lower()))
+
+
+def _boxed_span(text: str) -> tuple[str, int] | None:
+    """The answer in the last box, or in the last run of boxes joined by "and", "," ...
+    (then their contents joined by commas: a set or list), with the end of the last box."""
+    starts = [m.start() for m in _BOX_RE.finditer(text)]
+    if not starts:
         return None
-    return token.group(0).rstrip(".")
+    last = _box_at(text, starts[-1])
+    if last is None:
+        return None
+    parts, first_start, end = [last[0]], starts[-1], last[1]
+    for start in reversed(starts[-20:-1]):
+        box = _box_at(text, start)
+        if box is None or box[1] > first_start or not _joins(text[box[1] : first_start]):
+            break
+        parts.insert(0, box[0])
+        first_start = start
+    return ", ".join(parts), end
+
+
+def boxed_answer(text: str) -> str | None:
+    """Content of the last ``\\boxed{}`` -- or of the last boxes joined into one answer."""
+    found = _boxed_span(text)
+    return None if found is None else found[0]
 
 
 _HASH_RE = re.compile(r"####[ \t]*([^\n]*)")
 _NUMBER_RE = re.compile(r"(?<![\w.])[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
-_PHRASE_RE = re.compile(r"(?i)\banswer\s*(?:is\s*:?|:)\s*(?:\*\*)?\s*([^\n]+)")
+
+
+def _hash_span(text: str) -> tuple[str, int] | None:
+    found = None
+    for found in _HASH_RE.finditer(text):
+        pass
+    if found is None:
+        return None
+    answer = found.group(1).strip().rstrip(".").strip()
+    return (answer, found.end()) if answer else None
 
 
 def _hash_answer(text: str) -> str | None:
-    found = _HASH_RE.findall(text)
-    if not found:
-        return None
-    answer = found[-1].strip().rstrip(".").strip()
-    return answer or None
+    found = _hash_span(text)
+    return None if found is None else found[0]
 
 
-def _tag_answer(text: str) -> str | None:
+def _tag_span(text: str) -> tuple[str, int] | None:
     # rfind rather than a regex: linear even for a text full of unclosed <answer> tags.
     lower = text.lower()
     end = lower.rfind("</answer>")
@@ -111,17 +190,134 @@ def _tag_answer(text: str) -> str | None:
     if end < 0 or start < 0:
         return None
     inner = text[start + len("<answer>") : end].strip()
-    boxed = last_boxed(inner)
-    return boxed if boxed is not None else (inner or None)
+    boxed = boxed_answer(inner)
+    answer = boxed if boxed is not None else inner
+    return (answer, end + len("</answer>")) if answer else None
 
 
-def _phrase_answer(text: str) -> str | None:
-    found = _PHRASE_RE.findall(text)
-    if not found:
+# ---- math environments and plain-text expressions
+
+# $$..$$, \[..\] and \(..\), $..$; the inline ones end at a line break (as in math-verify).
+_MATH_TOKEN_RE = re.compile(r"\\\\|\\\$|\$\$|\$|\\\(|\\\)|\\\[|\\\]|\n")
+_CLOSER = {"$$": "$$", "$": "$", "\\(": "\\)", "\\[": "\\]"}
+_COMMAND_ARG_RE = re.compile(r"\\[A-Za-z]+\s*(?:\{[^{}]*\})?")
+_WORD_RE = re.compile(r"(?<![A-Za-z])[A-Za-z]{3,}")
+
+
+def _is_currency(text: str, after: int) -> bool:
+    """A ``$`` before a digit with words (outside LaTeX commands) before the next ``$`` or line end."""
+    if after >= len(text) or not text[after].isdigit():
+        return False
+    close = text.find("$", after)
+    line = text.find("\n", after)
+    stop = min(x for x in (close, line, len(text)) if x >= 0)
+    return bool(_WORD_RE.search(_COMMAND_ARG_RE.sub(" ", text[after:stop])))
+
+
+def _math_envs(text: str, start: int = 0) -> list[tuple[int, int, str]]:
+    """(start, end, content) of the math environments in ``text[start:]``, in order, in one pass.
+
+    A ``$`` followed by a digit and, before the next ``$``, by words is a currency sign
+    ("costs $10 per pound, so $\\frac{7}{9} \\times 10$"), not an opening."""
+    envs, opened, open_at, content_at = [], None, 0, 0
+    for m in _MATH_TOKEN_RE.finditer(text, start):
+        token = m.group(0)
+        if opened is None:
+            if token in _CLOSER:
+                if token == "$" and _is_currency(text, m.end()):
+                    continue
+                opened, open_at, content_at = token, m.start(), m.end()
+        elif token == _CLOSER[opened] or (opened == "$" and token == "$$"):
+            envs.append((open_at, m.end(), text[content_at : m.start()].strip()))
+            opened = None
+        elif token == "\n" and opened in ("$", "\\("):
+            opened = None
+    return [env for env in envs if env[2]]
+
+
+# Bounded repetitions: an unbounded group would rescan a long run of "111 111 ..." from every
+# group it could start at (quadratic time on adversarial text).
+_NUM = r"(?:\d{1,3}(?:,\d{3}){1,10}(?![\d,])|\d{1,3}(?: \d{3}){1,10}(?![\d ])|\d+)(?:[.,]\d+)?|\.\d+"
+
+_OPERAND = rf"[-+]?(?:{_NUM}|\([-+*/^.,\s\d]*\d[-+*/^.,\s\d]*\))"
+_PLAIN_EXPR_RE = re.compile(rf"(?<![\w.]){_OPERAND}(?:\s*(?:\*\*|[-+*/^×÷])\s*{_OPERAND})*(?:\s*%)?(?![\d])")
+_MARKUP = set("\\{}^_")
+_RUN_CHARS = set("0123456789+-*/^_=().,|!<>{}[] \t'")
+
+
+def _math_run(text: str, start: int, end: int, lo: int, hi: int) -> tuple[str, int] | None:
+    """Widen ``text[start:end]`` to the LaTeX written around it outside ``$``: ``\\frac{3}{4}``
+    rather than its 4, ``x = 2^{10}`` rather than 10. Words of two letters or more end it."""
+
+    def letters_left(i: int) -> int:
+        j = i
+        while j > lo and text[j - 1].isalpha():
+            j -= 1
+        return j
+
+    i = start
+    while i > lo:
+        c = text[i - 1]
+        if c.isalpha():
+            j = letters_left(i)
+            if j > lo and text[j - 1] == "\\":
+                i = j - 1
+            elif i - j == 1:
+                i = j
+            else:
+                break
+        elif c in _RUN_CHARS or c == "\\":
+            i -= 1
+        else:
+            break
+    k = end
+    while k < hi:
+        c = text[k]
+        if c == "\\" and k + 1 < hi and text[k + 1].isalpha():
+            k += 1
+            while k < hi and text[k].isalpha():
+                k += 1
+        elif c.isalpha():
+            j = k
+            while j < hi and text[j].isalpha():
+                j += 1
+            if j - k > 1:
+                break
+            k = j
+        elif c in _RUN_CHARS:
+            k += 1
+        else:
+            break
+    run = text[i:k].strip(" \t.,;:")
+    if not run or run.count("{") != run.count("}") or run.count("(") != run.count(")"):
         return None
-    answer = found[-1].strip().strip("*").strip()
-    answer = re.sub(r"\.\s*$", "", answer)
-    return answer or None
+    return run, i + len(text[i:k]) - len(text[i:k].lstrip(" \t.,;:")) + len(run)
+
+
+def _plain_candidate(text: str, m: re.Match, lo: int, hi: int) -> tuple[str, int]:
+    """A plain-text expression, widened when it touches LaTeX markup."""
+    before = text[m.start() - 1] if m.start() > lo else ""
+    after = text[m.end()] if m.end() < hi else ""
+    if before in _MARKUP or after in _MARKUP or _depth_at(text[lo : m.start()], m.start() - lo) > 0:
+        run = _math_run(text, m.start(), m.end(), lo, hi)
+        if run is not None:
+            return run
+    return m.group(0), m.end()
+
+
+def _last_expression(text: str, start: int = 0, end: int | None = None) -> tuple[str, int] | None:
+    """The last complete expression in ``text[start:end]``: a math environment's content, or a
+    plain-text expression (``3+2``, ``1,000.99``, ``-3/4``, ``\\frac{3}{4}``) outside them; never a
+    piece of one (``10^3``, not 3)."""
+    end = len(text) if end is None else end
+    envs = _math_envs(text[:end], start)
+    best, position = ((envs[-1][2], envs[-1][1]), envs[-1][1]) if envs else (None, start)
+    last = None
+    for last in _PLAIN_EXPR_RE.finditer(text, position, end):
+        pass
+    if last is not None:
+        best = _plain_candidate(text, last, position, end)
+    return best
 
 
 def _last_number(text: str) -> str | None:
@@ -138,34 +334,180 @@ def _last_number(text: str) -> str | None:
     return None
 
 
-def _final_part(text: str) -> str:
-    """The part after the last ``</think>``: reasoning may contain drafts of answers."""
-    cut = text.rfind("</think>")
-    return text if cut < 0 else text[cut + len("</think>") :]
+# ---- "the answer is ..."
+
+_ANSWER_WORD_RE = re.compile(r"(?i)\banswer\b")
+_ANSWER_LEAD_RE = re.compile(
+    r"(?i)(?:\s*(?:\*\*)?\s*(?:(?:is|was|would\s+be|will\s+be|should\s+be|equals)\b|:|=)){1,3}\s*(?:\*\*)?[ \t]*")
+
+# Where an answer stated in a sentence ends: a full stop, a line break, or a clause that
+# explains it ("x = 5, since ...", "42 because ...").
+_SENTENCE_END_RE = re.compile(
+    r"\n|\.(?=\s|$)|\s+I hope\b|\*\*|,?\s+(?:because|since|which|where|as|so|but|when|if|hence|thus|therefore)\b")
+_VERDICT_RE = re.compile(r"(?i)(?:correct|right|true|the\s+(?:correct\s+|right\s+|final\s+)?(?:answer|choice|option))\b")
+_IS_RE = re.compile(r"\s(?:is|are|equals|=)\s")
+_WORDS_RE = re.compile(r"[A-Za-z]{2,}(?:\s+[A-Za-z]{2,}){0,3}")
 
 
-def extract_answer(text: str, mode: str = "boxed") -> str | None:
-    """The final answer in a completion, by ``mode`` (see ``EXTRACT_MODES``), or None."""
-    text = _final_part(text)
-    if mode == "boxed":
-        return last_boxed(text)
-    if mode == "hash":
-        return _hash_answer(text)
-    if mode == "tag":
-        return _tag_answer(text)
-    if mode == "last_number":
-        return _last_number(text)
-    if mode == "auto":
-        for finder in (_tag_answer, last_boxed, _hash_answer, _phrase_answer, _last_number):
-            answer = finder(text)
-            if answer is not None:
-                return answer
+def _sentence_end(text: str, start: int, limit: int = 400) -> int:
+    """Where the sentence from ``start`` ends: a line break or a full stop outside math and braces."""
+    stop = min(len(text), start + limit)
+    envs = _math_envs(text[:stop], start)
+    i = start
+    for m in _SENTENCE_END_RE.finditer(text, start, stop):
+        inside = any(s < m.start() < e for s, e, _ in envs) or _depth_at(text[i:m.start()], m.start() - i) > 0
+        if not inside and m.start() > start:
+            return m.start()
+    return stop
+
+
+def _depth_at(s: str, index: int) -> int:
+    depth, i = 0, 0
+    while i < index:
+        if s[i] == "\\":
+            i += 2
+            continue
+        depth += s[i] == "{"
+        depth -= s[i] == "}"
+        i += 1
+    return depth
+
+
+_QUOTES_RE = re.compile(r"[ \t]*(?:\\?[\"'`]+[ \t]*)?")
+
+
+def _leading_answer(text: str, start: int, depth: int = 0) -> tuple[str, int] | None:
+    """The answer that ``text[start:]`` begins with, ending where the answer ends: a math
+    environment, a box, a short phrase (``5 apples``, ``(C)``), or, in a sentence such as
+    "The largest $n$ is 34", what follows "is"; else the sentence's last expression."""
+    lead = _QUOTES_RE.match(text, start)
+    start = lead.end()
+    if _BOX_RE.match(text, start):
+        return _box_at(text, start)
+    envs = _math_envs(text[: start + 2000], start)
+    if envs and envs[0][0] == start:
+        parts, end = [envs[0][2]], envs[0][1]
+        for env_start, env_end, content in envs[1:]:  # "$12$ and $13$": one answer
+            if not _joins(text[end:env_start]):
+                break
+            parts.append(content)
+            end = env_end
+        joined = ", ".join(parts)
+        return (boxed_answer(joined) or joined) if _BOX_RE.search(joined) else joined, end
+    end = _sentence_end(text, start)
+    sentence = text[start:end].strip()
+    if not sentence:
         return None
-    raise ValueError(f"unknown extract mode {mode!r}")
+    lead = _PLAIN_EXPR_RE.match(text, start)
+    if lead and (lead.end() >= end or _WORDS_RE.fullmatch(text[lead.end() : end].strip(" .,"))):
+        return text[start:end].strip().rstrip(".,"), end  # "42", "5 apples": units go in normalisation
+    if len(sentence) <= 30 and not _IS_RE.search(sentence) and "$" not in sentence:
+        return sentence.rstrip(".,"), end
+    verb = _IS_RE.search(text, start, end)
+    if verb and _VERDICT_RE.match(text, verb.end()):  # "(C) is correct": the answer comes first
+        return text[start : verb.start()].strip(), verb.start()
+    if verb and depth == 0:
+        return _leading_answer(text, verb.end(), depth + 1)
+    return _last_expression(text, start, end)
+
+
+def _phrase_span(text: str) -> tuple[str, int] | None:
+    """The answer after the last "answer is" / "answer:" / "Final Answer: ... is" that has one."""
+    tail_start = max(0, len(text) - 20000)
+    words = list(_ANSWER_WORD_RE.finditer(text, tail_start))
+    for word in reversed(words[-5:]):
+        lead = _ANSWER_LEAD_RE.match(text, word.end())
+        if lead is None or _CHECKING_RE.search(text, max(0, word.start() - 40), word.start()):
+            continue  # "answer the question", "We may check our answer: ..."
+        found = _leading_answer(text, lead.end())
+        if found is not None and found[0] and not _CHECKED_RE.fullmatch(found[0]):
+            return found
+        return None  # the last statement about the answer says nothing of it: no answer here
+    return None
+
+
+# "We may check our answer: ..., so our answer is correct.": remarks about the answer.
+_CHECKING_RE = re.compile(r"(?i)\b(?:check|checking|verify|verifying|confirm|test|testing)\s+(?:\w+\s+){0,2}$")
+
+_CHECKED_RE = re.compile(r"(?i)(?:(?:not|also|indeed|definitely)\s+)?(?:in)?correct|right|wrong|(?:in)?valid|verified|confirmed")
+
+
+
+# Chat-template tokens: what follows one is another turn, not this completion's answer.
+_SPECIAL_TOKEN_RE = re.compile(r"<\|(?:im_start|im_end|endoftext|eot_id|end_of_text|end|user|assistant)\|>")
+
+
+def _final_part(text: str) -> str:
+    """The part after the last ``</think>`` (reasoning may contain drafts of answers), up to
+    the first chat-template token after it."""
+    cut = text.rfind("</think>")
+    text = text if cut < 0 else text[cut + len("</think>") :]
+    m = _SPECIAL_TOKEN_RE.search(text)
+    while m is not None and not text[: m.start()].strip():  # a leading token: skip it
+        text = text[m.end() :]
+        m = _SPECIAL_TOKEN_RE.search(text)
+    return text if m is None else text[: m.start()]
+
+
+_BARE_WORD_RE = re.compile(r"(?<![A-Za-z])[A-Za-z]{2,}")
+_DELIMITED_RE = re.compile(r"[\n$]|\\[(\[]")  # line breaks, math delimiters: not a bare answer
+
+
+def _bare_answer(text: str) -> tuple[str, int] | None:
+    """A completion that is nothing but an answer (``(x-2)(x+2)``, ``\\frac{1}{2}``, no words):
+    all of it, not its last number."""
+    s = text.strip()
+    if 0 < len(s) <= 200 and not _DELIMITED_RE.search(s) and not _BARE_WORD_RE.search(_COMMAND_ARG_RE.sub(" ", s)):
+        return s, len(text)
+    return None
+
+
+def _marked_span(text: str, phrases: bool) -> tuple[str, int] | None:
+    """The marked answer that ends last: ``<answer>``, ``\\boxed{}``, ``####`` (and, if
+    ``phrases``, "the answer is ..."). Ties go to the more explicit mark."""
+    best = None
+    finders = (_tag_span, _boxed_span, _hash_span) + ((_phrase_span,) if phrases else ())
+    for finder in finders:
+        found = finder(text)
+        if found is not None and (best is None or found[1] > best[1]):
+            best = found
+    return best
+
+
+def extract_answer(text: str, mode: str = "answer") -> str | None:
+    """The final answer in a completion, by ``mode`` (see ``EXTRACT_MODES``), or None.
+
+    - ``answer``: what the completion marks as its answer -- ``<answer>..</answer>``,
+      ``\\boxed{}`` (several joined by "and"/"," make one list) or ``#### N``, whichever
+      comes last; nothing is guessed from free text.
+    - ``boxed`` / ``tag`` / ``hash``: that mark only. ``last_number``: the last number.
+    - ``auto``: the marks above or "the answer is ..." (the last of them), else the last
+      complete expression -- a math environment or a plain-text expression, never a
+      piece of one (``$10^3$`` gives ``10^3``, not 3).
+    """
+    text = _final_part(text)
+    if mode == "answer":
+        found = _marked_span(text, phrases=False)
+    elif mode == "boxed":
+        found = _boxed_span(text)
+    elif mode == "hash":
+        found = _hash_span(text)
+    elif mode == "tag":
+        found = _tag_span(text)
+    elif mode == "last_number":
+        return _last_number(text)
+    elif mode == "auto":
+        found = (_marked_span(text, phrases=True) or _bare_answer(text)
+                 or _last_expression(text, max(0, len(text) - 20000)))
+    else:
+        raise ValueError(f"unknown extract mode {mode!r}")
+    return None if found is None else found[0]
 
 
 def extract_gold(text: str, mode: str = "auto") -> str | None:
-    """The gold final answer: after ``####`` (commas dropped), else the last ``\\boxed{}``, else all."""
+    """The gold final answer by ``mode`` (see ``GOLD_MODES``): ``auto`` takes the answer after
+    ``####`` (commas dropped), else in the last ``\\boxed{}`` (or joined boxes), else after
+    "The final answer is" in a solution text, else the whole string."""
     text = text.strip()
     if mode in ("auto", "hash") and "####" in text:
         answer = _hash_answer(text)
@@ -173,9 +515,13 @@ def extract_gold(text: str, mode: str = "auto") -> str | None:
     if mode == "hash":
         return None
     if mode in ("auto", "boxed") and _BOX_RE.search(text):
-        return last_boxed(text)
+        return boxed_answer(text)
     if mode == "boxed":
         return None
+    if mode == "auto" and _ANSWER_WORD_RE.search(text):
+        found = _phrase_span(text)
+        if found is not None:
+            return found[0]
     return text or None
 
 
@@ -190,17 +536,18 @@ _DEGREE_ARG_RE = re.compile(r"(\d+(?:\.\d+)?)\s*\^\s*\{?\s*\\circ\s*\}?")
 _DEGREE_RE = re.compile(r"(?:\^\s*\{?\s*\\circ\s*\}?|\\degree|°)\s*(?:\\text\s*\{\s*[CF]?\s*\}|[CF])?\s*$")
 _THIN_SEP_RE = re.compile(r"(?<=\d)(?:\\,|\\;|\\:|\\ |~|\{,\})(?=\d{3}(?!\d))")
 _SPACING_RE = re.compile(r"(?<!\\)\\(?:,|;|:|\s|quad|qquad)|~")  # not the "\\" row break
-_TEXT_NUMBER_RE = re.compile(r"\\(?:text|textrm|textnormal|mbox|mathrm)\s*\{\s*([-+]?\.?\d[^{}]*)\}")
+_TEXT_NUMBER_RE = re.compile(r"\\(?:text|textrm|textnormal|textbf|mbox|mathrm)\s*\{\s*([-+]?\.?\d[^{}]*)\}")
 _SPACED_THOUSANDS_RE = re.compile(r"[-+]?\d{1,3}(?: \d{3})+(?:\.\d+)?")
 _SCI_RE = re.compile(r"([-+]?\d+(?:\.\d+)?)\s*[eE]\s*([-+]?\d+)")
 _REPEATING_RE = re.compile(r"(-?)(\d*)\.(\d*)\\overline\s*\{(\d+)\}")
 _UNIT_TEXT_RE = re.compile(
-    r"\\(?:text|textrm|textnormal|textit|mbox|mathrm)\s*\{\s*[A-Za-z][A-Za-z .]*\}\s*(?:\^\s*\{?\s*[23]\s*\}?)?\s*$"
+    r"\\(?:text|textrm|textnormal|textit|textbf|textsf|textup|mbox|mathrm)\s*\{\s*[A-Za-z][A-Za-z .]*\}\s*(?:\^\s*\{?\s*[23]\s*\}?)?\s*$"
 )
-_UNIT_WORDS_RE = re.compile(r"(?<=[\d}])\s+([A-Za-z]{2,}(?:\s+[A-Za-z]{2,})*)\.?\s*(?:\^\s*\{?\s*[23]\s*\}?)?\s*$")
+_UNIT_WORDS_RE = re.compile(r"(?:(?<=[\d}])|(?<=\\pi))\s+([A-Za-z]{2,}(?:\s+[A-Za-z]{2,})*)\.?\s*(?:\^\s*\{?\s*[23]\s*\}?)?\s*$")
 # Words that are mathematics, not units, when they trail an expression.
 _MATH_WORDS = {"pi", "sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "sqrt", "inf", "infinity",
-               "percent", "percentage", "pct", "and", "or", "mod", "degrees", "degree", "radians", "rad"}
+               "percent", "percentage", "pct", "and", "or", "mod", "degrees", "degree", "radians", "rad",
+               "am", "pm"}  # 12:00 PM: a time of day keeps its half
 
 
 def _strip_delimiters(s: str) -> str:
@@ -214,18 +561,6 @@ def _strip_delimiters(s: str) -> str:
                 changed = True
                 break
     return s
-
-
-def _depth_at(s: str, index: int) -> int:
-    depth, i = 0, 0
-    while i < index:
-        if s[i] == "\\":
-            i += 2
-            continue
-        depth += s[i] == "{"
-        depth -= s[i] == "}"
-        i += 1
-    return depth
 
 
 def _strip_units(s: str) -> str:
@@ -256,11 +591,41 @@ _UNICODE = str.maketrans({"\u2212": "-", "\u2013": "-", "\u00d7": "\\times ", "\
                           "\u2009": " ", "\u202f": " ", "\u2264": "\\le ", "\u2265": "\\ge ", "\u2260": "\\ne "})
 
 
+# "11,\! 111": a thousands separator with a negative thin space, then a space; "14{, }916".
+_BANG_SEP_RE = re.compile(r"(?<=\d)\s*(?:,\s*\\!|\{\s*,\s*\})\s*(?=\d{3}(?!\d))")
+# "$125$ miles": a math part followed by words (the gold answers of some data sets).
+_MATH_THEN_WORDS_RE = re.compile(r"\$([^$]+)\$\s*([A-Za-z][A-Za-z .]*)")
+# "12\text{ and }13", "19, 46, and 82": items of a list joined by words.
+_TEXT_JOIN_RE = re.compile(r"\s*,?\s*\\(?:text|textrm|textnormal|mbox|mathrm)\s*\{\s*(?:and|or)\s*\}\s*,?\s*")
+_WORD_JOIN_RE = re.compile(r"\s*,?\s+(?:and|or)\s+|(?<=[\d)}])\s*(?:and|or)\s*(?=[-+(\\A-Z\d])")
+_INEQUALITY_RE = re.compile(r"[<>]|\\(?:le|ge|leq|geq|lt|gt|leqslant|geqslant)(?![A-Za-z])")
+
+
+def _join_words(s: str) -> str:
+    """``a \\text{ and } b`` / ``a, and b`` / ``a or b`` -> ``a, b`` at the top level; not between
+    inequalities ("x < 1 or x > 2" is a union, which math-verify reads as such)."""
+    if _INEQUALITY_RE.search(s):
+        return s
+    s = _TEXT_JOIN_RE.sub(", ", s)
+    out, last = [], 0
+    for m in _WORD_JOIN_RE.finditer(s):
+        if _depth_at(s, m.start()) == 0 and "\\text" not in s[max(0, m.start() - 6) : m.start()]:
+            out.append(s[last : m.start()])
+            out.append(", ")
+            last = m.end()
+    return "".join(out) + s[last:] if out else s
+
+
 def normalize_answer(s: str) -> str:
     """String-level clean-up before parsing; conservative: it never drops digits or signs inside braces."""
-    s = _strip_delimiters(s.strip().translate(_UNICODE))
+    s = s.strip().translate(_UNICODE)
+    m = _MATH_THEN_WORDS_RE.fullmatch(s)
+    if m:
+        s = f"{m.group(1)} {m.group(2)}"
+    s = _strip_delimiters(s)
+    s = _BANG_SEP_RE.sub(",", s)
     s = s.replace("\\displaystyle", "").replace("\\$", "").replace("\\!", "")
-    s = re.sub(r"\\[dt]frac", r"\\frac", s)
+    s = re.sub(r"\\[dtc]frac", r"\\frac", s)
     # math-verify turns \mathrm{..} into \text{..} and then drops a \text{..} at the end of the
     # string as a unit -- even inside a fraction: "1-\frac{1}{\mathrm{e}}" parsed as "1-\frac{1}{".
     s = _FONT_LETTER_RE.sub(r"\1", s)
@@ -281,7 +646,77 @@ def normalize_answer(s: str) -> str:
     if m:
         s = f"{m.group(1)}\\times 10^{{{m.group(2)}}}"
     s = _REPEATING_RE.sub(_repeating_to_fraction, s)
+    s = _join_words(s)
+    s = _reduce_chain(s)
     return re.sub(r"\s+", " ", s).strip()
+
+
+_OPEN, _CLOSE = set("([{"), set(")]}")
+
+
+def _top_level(s: str, sep: re.Pattern) -> list[str]:
+    """``s`` split at the matches of ``sep`` outside brackets of any kind (half-open
+    intervals such as ``[1, 2)`` still balance: any opener and any closer count)."""
+    parts, depth, last, i = [], 0, 0, 0
+    while i < len(s):
+        c = s[i]
+        if c == "\\":
+            m = sep.match(s, i) if depth == 0 else None
+            if m and m.end() > i:
+                parts.append(s[last:i])
+                last = i = m.end()
+                continue
+            i += 2
+            continue
+        if c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            depth -= 1
+        elif depth == 0:
+            m = sep.match(s, i)
+            if m and m.end() > i:
+                parts.append(s[last:i])
+                last = i = m.end()
+                continue
+        i += 1
+    parts.append(s[last:])
+    return parts
+
+
+_EQ_SEP_RE = re.compile(r"(?<![<>!=:\\])=(?!=)")
+_APPROX_SEP_RE = re.compile(r"\\approx(?![A-Za-z])|≈")
+_LIST_SEP_RE = re.compile(r"[,;]")
+_LATEX_CMD_RE = re.compile(r"\\[A-Za-z]+")
+
+
+def _has_letters(s: str) -> bool:
+    """Letters outside LaTeX commands: ``x``, ``f(n)``, ``\\frac{NO}{BO}``; not ``\\frac{1}{2}``."""
+    return bool(re.search(r"[A-Za-z]", _LATEX_CMD_RE.sub("", s)))
+
+
+def _reduce_chain(s: str) -> str:
+    """A worked computation as its result: ``x = 5+5+1 = 11`` -> ``x = 11``, ``1 + 18 = 19`` ->
+    ``19``; ``x = 1/3 \\approx 0.33`` -> ``x = 1/3``, ``x \\approx 11`` -> ``x = 11``. Lists are
+    left alone (``a=1, b=2``)."""
+    if "=" not in s and "\\approx" not in s and "≈" not in s:
+        return s
+    if len(_top_level(s, _LIST_SEP_RE)) > 1:
+        return s
+    approx = _top_level(s, _APPROX_SEP_RE)
+    if len(approx) > 1:  # "x = 1/3 \approx 0.33" and "\pi \approx 3.14" keep the exact value
+        head = approx[0].strip()
+        if not head:
+            s = approx[-1]
+        elif len(_top_level(head, _EQ_SEP_RE)) > 1 or not _is_label(head):
+            s = head
+        else:  # "x \approx 11": the value of x
+            s = f"{head} = {approx[-1].strip()}"
+    parts = [p.strip() for p in _top_level(s, _EQ_SEP_RE)]
+    if len(parts) < 2 or not all(parts):
+        return s
+    if len(parts) == 2:  # "1 + 2 \times 9 = 19"; not the equation "7 = 11a+c"
+        return parts[-1] if not (_has_letters(parts[0]) or _has_letters(parts[1])) else s
+    return f"{parts[0]} = {parts[-1]}" if _has_letters(parts[0]) else parts[-1]  # "1 = \zzz = x = 0"
 
 
 def _key(s: str) -> str:
@@ -336,7 +771,7 @@ def _show(x: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-_PLAIN_DECIMAL_RE = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
+_PLAIN_DECIMAL_RE = re.compile(r"[-+]?(?:[1-9]\d{0,2}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
 _PLAIN_FRACTION_RE = re.compile(r"([-+]?)(?:\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|\\frac(\d)(\d)|(\d+)\s*/\s*(\d+))")
 
 
@@ -401,13 +836,22 @@ def _parse_expr(clean: str, key: str) -> tuple[Any, str]:
         if re.search(r"\d\s+\d", got):
             # latex2sympy reads "2 3" as 2+3 and "1 000" as 1*0.
             return None, "digits separated by spaces are ambiguous"
-        return expr, "parsed"
+        return _imaginary_unit(expr), "parsed"
     if not re.search(r"\\[A-Za-z]", clean):
         # Plain-text maths such as "sqrt(2)/2"; accepted only if the whole string was used.
         found = parse(clean, extraction_config=_MV["expr_cfg"], fallback_mode="first_match", parsing_timeout=None)
         if found and not isinstance(found[0], str) and _key(str(found[-1])) == _key(clean):
             return found[0], "parsed"
     return None, "could not parse"
+
+
+def _imaginary_unit(expr):
+    """latex2sympy reads ``i`` as a symbol (``e^{i\\pi}`` stays exp(i*pi), not -1): make it sympy's I."""
+    try:
+        unit = {s: _MV["sympy"].I for s in expr.free_symbols if s.name == "i"}
+        return expr.xreplace(unit) if unit else expr
+    except Exception:  # noqa: BLE001 - not a sympy object with free symbols
+        return expr
 
 
 # ---- exact and numeric comparison of sympy objects -------------------------------------------
@@ -465,6 +909,8 @@ def _numbers_equal(g, p) -> bool | None:
             return None
         if gv.is_finite is False or pv.is_finite is False:
             return bool(gv == pv)
+        if _rounded_irrational(g, p) or _rounded_irrational(p, g):
+            return False
         if _has_float(g) or _has_float(p):
             scale = max(abs(gv), abs(pv))
             return bool(abs(gv - pv) <= _REL_TOL_FLOAT * scale)
@@ -473,6 +919,29 @@ def _numbers_equal(g, p) -> bool | None:
         raise
     except Exception:  # noqa: BLE001 - sympy raises many things on odd input
         return None
+
+
+_FULL_PRECISION_DIGITS = 10
+
+
+def _rounded_irrational(decimal, exact) -> bool:
+    """Is ``decimal`` a plain decimal of fewer than 10 significant digits and ``exact`` an exact
+    irrational value (``3.14159`` vs ``\\pi``, ``1.414`` vs ``\\sqrt2``)? Then they differ: the
+    decimal is an approximation. A full-precision decimal (a float printed by a program) is
+    the value itself; rationals keep the float tolerance (``0.333333`` = ``1/3``)."""
+    sp = _MV["sympy"]
+    if not _has_float(decimal) or _has_float(exact):
+        return False
+    value = decimal.doit()
+    if not (value.is_Float or (value.is_Mul and len(value.args) == 2 and -1 in value.args and value.is_number
+                                and any(a.is_Float for a in value.args))):
+        return False
+    if decimal.atoms(sp.NumberSymbol, sp.Function) or any(not a.exp.is_Integer for a in decimal.atoms(sp.Pow)):
+        return False
+    if exact.is_rational is not False:
+        return False
+    digits = min(len(re.sub(r"[^0-9]", "", str(f)).strip("0")) for f in decimal.atoms(sp.Float))
+    return digits < _FULL_PRECISION_DIGITS
 
 
 def _sample_points(symbols, count: int):
@@ -509,8 +978,21 @@ def _texty(e) -> bool:
     return isinstance(e, sp.Symbol) or (isinstance(e, sp.Mul) and all(isinstance(a, sp.Symbol) or a == sp.E for a in e.args))
 
 
+def _summed(e):
+    """``e`` with its sums and products in closed form where sympy finds one; None where one
+    stays symbolic: random rational values of a summation bound mean nothing."""
+    sp = _MV["sympy"]
+    if not e.has(sp.Sum, sp.Product):
+        return e
+    done = e.doit()
+    return None if done.has(sp.Sum, sp.Product) else done
+
+
 def _functions_equal(g, p) -> bool | None:
     """Numeric identity test at a few random rational points: False is a proof of difference."""
+    g, p = _summed(g), _summed(p)
+    if g is None or p is None:
+        return None
     symbols = sorted(g.free_symbols | p.free_symbols, key=str)
     tol_float = _has_float(g) or _has_float(p)
     agreed = 0
@@ -538,6 +1020,9 @@ def _proportional(e1, e2, positive: bool = False) -> bool | None:
     a tiny difference (``x = 10^{-40}`` vs ``x = 0``) instead of rounding it away.
     """
     sp = _MV["sympy"]
+    e1, e2 = _summed(e1), _summed(e2)
+    if e1 is None or e2 is None:
+        return None
     symbols = sorted(e1.free_symbols | e2.free_symbols, key=str)
     if not symbols:
         return None
@@ -616,6 +1101,11 @@ def _strict_check(g, p, depth: int = 0) -> bool | None:
     sp = _MV["sympy"]
     if depth > 6 or isinstance(g, str) or isinstance(p, str):
         return None
+    try:
+        if g == p or _tree_key(g) == _tree_key(p):  # the same tree, up to the order of terms and
+            return True  # factors: no evaluation needed (a reordered sum of products would cost
+    except Exception:  # noqa: BLE001 - random-point evaluations of symbolic sums)
+        pass
     gf, pf = _percent_forms(g), _percent_forms(p)
     if len(gf) > 1 or len(pf) > 1:
         verdicts = [_strict_check(a, b, depth + 1) for a in gf for b in pf]
@@ -666,6 +1156,20 @@ def _strict_check(g, p, depth: int = 0) -> bool | None:
         if not (_texty(g) or _texty(p)):
             return _functions_equal(g, p)
     return None
+
+
+def _tree_key(e):
+    """A key of the expression tree in which the terms of a sum and the factors of a product
+    are unordered: the parser leaves them as written (``F_k F_{n-k-1}`` vs ``F_{n-k-1} F_k``).
+    Nothing is evaluated (rebuilding ``Eq(n, {1,2})`` would evaluate it to False)."""
+    sp = _MV["sympy"]
+    args = getattr(e, "args", ())
+    if not args:
+        return e
+    keys = [_tree_key(a) for a in args]
+    if isinstance(e, (sp.Add, sp.Mul, sp.Eq, sp.Ne)):  # Eq(a, b) is Eq(b, a); not so a < b
+        keys.sort(key=repr)
+    return type(e).__name__, tuple(keys)
 
 
 def _sets_equal(gs: list, ps: list, depth: int) -> bool | None:
@@ -741,6 +1245,18 @@ def _numbers_close(a, b, decimal: bool) -> bool:
     return abs(a - b) <= _REL_TOL_FLOAT * max(abs(a), abs(b))
 
 
+def _same_symbols(gold, pred):
+    """``pred`` with each symbol renamed to the gold's symbol of that name: the parser makes
+    every symbol complex in an answer that contains an ``i`` (``\\sum_{i=1}^n i``), so the gold's
+    ``n`` and the prediction's ``n`` may differ in their assumptions only."""
+    try:
+        by_name = {s.name: s for s in gold.free_symbols}
+        renames = {s: by_name[s.name] for s in pred.free_symbols if s.name in by_name and by_name[s.name] != s}
+        return pred.xreplace(renames) if renames else pred
+    except Exception:  # noqa: BLE001 - not a sympy object with free symbols
+        return pred
+
+
 def _compare(gold: _Parsed, pred: _Parsed) -> tuple[bool, str]:
     if gold.key == pred.key:
         return True, "identical after normalisation"
@@ -754,10 +1270,11 @@ def _compare(gold: _Parsed, pred: _Parsed) -> tuple[bool, str]:
     # Our exact checks first: where they have a verdict (numbers, equations, tuples, sets,
     # intervals, matrices, functions at random points) it is sound, and cheaper than
     # math-verify's simplify(). A False here is exactly where math-verify can be fooled.
-    own = _strict_check(gold.expr, pred.expr)
+    pred_expr = _same_symbols(gold.expr, pred.expr)
+    own = _strict_check(gold.expr, pred_expr)
     if own is not None:
         return own, ("equal" if own else "not equal") + " (exact check)"
-    if _MV["verify"](gold.expr, pred.expr, timeout_seconds=None):
+    if _MV["verify"](gold.expr, pred_expr, timeout_seconds=None, allow_set_relation_comp=True):
         return True, "equal (math-verify)"
     return False, "not equal (math-verify)"
 
@@ -794,17 +1311,142 @@ def check_answer(gold: str, pred: str) -> tuple[bool | None, dict[str, Any]]:
     return _verdict(g, p)
 
 
+# ---- readings of an answer other than the literal one ------------------------------------------
+
+_VALID_THOUSANDS_RE = re.compile(r"[-+]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?")
+# "1,22", "1000,99", "0,111": not thousands; two digits after the comma at least ("1,2" is
+# more often the list 1, 2 than the European 1.2).
+_DECIMAL_COMMA_RE = re.compile(r"[-+]?\d+,\d{2,}")
+_LABEL_COMMANDS_RE = re.compile(
+    r"\\(?:[dt]?frac|left|right|overline|overrightarrow|vec|bar|hat|widehat|angle|triangle|mathrm|mathit|text|"
+    r"operatorname|lvert|rvert|vert|mid)(?![A-Za-z])")
+_SUBSCRIPT_RE = re.compile(r"_\s*(?:\{[^{}]*\}|\w)")
+_LABEL_CHARS_RE = re.compile(r"[\s(){}|:,]")
+_CALL_ARGS_RE = re.compile(r"(?<=[A-Za-z])\([^()]*\)")
+
+
+def _is_label(s: str) -> bool:
+    """``x``, ``x_1``, ``(p,q)``, ``f(x)``, ``|AB|``, ``V_1:V_2``, ``\\frac{NO}{BO}``: names, not
+    expressions (no digits outside subscripts, no operators)."""
+    s = _CALL_ARGS_RE.sub("", _SUBSCRIPT_RE.sub("", s))  # f(2), P(A): a function's value names
+    rest = _LABEL_CHARS_RE.sub("", _LABEL_COMMANDS_RE.sub("", s))
+    return bool(rest) and rest.isalpha()
+
+
+def _strip_labels(text: str) -> str | None:
+    """``AB=4, CD=5`` -> ``4, 5``; ``a=4, -8, -10`` -> ``4, -8, -10``; ``V_1:V_2=11:21`` ->
+    ``11:21``; ``p=5,q=2; p=7,q=2`` -> ``(5, 2), (7, 2)``. None when there is no label to strip."""
+    groups = _top_level(text, re.compile(";"))
+    out, stripped = [], False
+    for group in groups:
+        items = []
+        for item in _top_level(group, re.compile(",")):
+            sides = _top_level(item, _EQ_SEP_RE)
+            if len(sides) == 2 and _is_label(sides[0]) and sides[1].strip():
+                items.append(sides[1].strip())
+                stripped = True
+            elif len(sides) == 1:
+                items.append(item.strip())
+            else:
+                return None
+        joined = ", ".join(items)
+        out.append(f"({joined})" if len(groups) > 1 and len(items) > 1 else joined)
+    return ", ".join(out) if stripped else None
+
+
+_TIME_RE = re.compile(r"(\d{1,2}):(\d{2})(?::(\d{2}))?\s*(?:\\text\{\s*)?([ap]\.?\s*m\.?)?\s*\}?", re.IGNORECASE)
+_RATIO_SEP_RE = re.compile(r":|\\colon(?![A-Za-z])")
+
+
+def _time_of_day(text: str) -> tuple | None:
+    m = _TIME_RE.fullmatch(text.strip())
+    if m is None:
+        return None
+    meridiem = (m.group(4) or "").lower().replace(".", "").replace(" ", "")
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0), meridiem
+
+
+def _ratio_parts(text: str) -> list[str] | None:
+    """``3:4`` / ``1:2:3``: parts of a ratio of numbers (no letters: ``\\{x : x>0\\}`` is not one)."""
+    if ":" not in text and "\\colon" not in text:
+        return None
+    parts = [p.strip() for p in _top_level(text, _RATIO_SEP_RE)]
+    if len(parts) < 2 or not all(parts) or any(_has_letters(p) or not re.search(r"\d", p) for p in parts):
+        return None
+    return parts
+
+
 def _verdict(g: _Parsed | None, p: _Parsed) -> tuple[bool | None, dict[str, Any]]:
+    """The literal reading first; then other readings of either side (labels stripped from
+    ``x = 5`` against ``5``, ``1,5`` as a decimal comma): equal if any reading is."""
     info: dict[str, Any] = {"gold_norm": _show(g.text if g else None), "pred_norm": _show(p.text)}
     if g is None:
         return None, {**info, "why": "no gold answer"}
-    if g.key != p.key and g.number is None and g.expr is None:
-        return None, {**info, "why": f"gold answer: {g.note}"}
-    equal, why = _compare(g, p)
+    result = _compare_readings(g, p)
+    for alt_g, alt_p in _alternatives(g, p):
+        if result[0] is True:
+            break
+        other = _compare_readings(alt_g, alt_p)
+        if other[0] is True or result[0] is None:
+            result = other
+    equal, why = result
     for side, parsed in (("gold_parsed", g), ("pred_parsed", p)):
         if parsed._expr is not None:  # only where a parse was needed
             info[side] = _show(parsed._expr)
     return equal, {**info, "why": why}
+
+
+def _alternatives(g: _Parsed, p: _Parsed):
+    """Other readings to try, cheapest first; generated lazily."""
+    for side in (g, p):
+        if _DECIMAL_COMMA_RE.fullmatch(side.text) and not _VALID_THOUSANDS_RE.fullmatch(side.text):
+            decimal = _Parsed(side.text.replace(",", "."))
+            yield (decimal, p) if side is g else (g, decimal)
+    g_eq, p_eq = "=" in g.text, "=" in p.text
+    if g_eq != p_eq:
+        bare = _strip_labels(g.text if g_eq else p.text)
+        if bare is not None:
+            yield (_Parsed(bare), p) if g_eq else (g, _Parsed(bare))
+
+
+def _compare_readings(g: _Parsed, p: _Parsed) -> tuple[bool | None, str]:
+    """One reading of each side: times of day and ratios by their parts, the rest by
+    :func:`_compare`; None when the gold answer cannot be read."""
+    if g.key == p.key:
+        return True, "identical after normalisation"
+    g_time, p_time = _time_of_day(g.text), _time_of_day(p.text)
+    if g_time or p_time:  # never read as a ratio: 12:00 is not 12/0
+        same = bool(g_time and p_time and g_time[:3] == p_time[:3] and (not g_time[3] or not p_time[3]
+                                                                          or g_time[3] == p_time[3]))
+        return same, ("equal" if same else "not equal") + " (times of day)"
+    g_ratio, p_ratio = _ratio_parts(g.text), _ratio_parts(p.text)
+    if g_ratio or p_ratio:
+        return _compare_ratios(g_ratio or [g.text], p_ratio or [p.text])
+    if g.number is None and g.expr is None:
+        return None, f"gold answer: {g.note}"
+    return _compare(g, p)
+
+
+def _compare_ratios(gs: list[str], ps: list[str]) -> tuple[bool | None, str]:
+    """``a:b`` equals ``c:d`` part by part, or as the quotient ``a/b`` when there are two parts
+    and none is zero (``3:4`` = ``6:8`` = ``\\frac34``)."""
+    if len(gs) == len(ps):
+        verdicts = [_compare_readings(_Parsed(a), _Parsed(b))[0] for a, b in zip(gs, ps)]
+        if all(v is True for v in verdicts):
+            return True, "equal (ratios, part by part)"
+    quotients = []
+    for parts in (gs, ps):
+        if len(parts) == 1:
+            quotients.append(parts[0])
+        elif len(parts) == 2 and not any(_PLAIN_ZERO_RE.fullmatch(x) for x in parts):
+            quotients.append(f"\\frac{{{parts[0]}}}{{{parts[1]}}}")
+        else:
+            return False, "not equal (ratios)"
+    equal, why = _compare_readings(_Parsed(quotients[0]), _Parsed(quotients[1]))
+    return bool(equal), why + " (ratios as quotients)"
+
+
+_PLAIN_ZERO_RE = re.compile(r"[-+]?0+(?:\.0*)?")
 
 
 def _score_item(item: tuple) -> dict[str, Any]:
@@ -862,18 +1504,21 @@ def math_reward(
     completion_ids: Sequence[Any] | None,
     *,
     answer: Sequence[Any],
-    extract: str = "boxed",
-    gold: str = "auto",
-    timeout: float = 5.0,
-    max_answer_chars: int = 1000,
-    workers: int = 0,
+    extract: ExtractMode = "answer",
+    gold: GoldMode = "auto",
+    timeout: Annotated[float, Gt(0)] = 5.0,
+    max_answer_chars: Annotated[int, Gt(0)] = 1000,
+    workers: Annotated[int, Ge(0)] = 0,
 ) -> list[Score]:
     """1.0 if the completion's final answer equals the gold ``answer``, else 0.0.
 
-    Options: ``extract`` = "boxed" (last ``\\boxed{}``), "hash" (``#### N``), "tag"
-    (``<answer>..</answer>``), "last_number", or "auto" (tag, boxed, hash, "answer is",
-    last number); ``gold`` = "auto" (``####``, else last ``\\boxed{}``, else the whole
-    string), "hash", "boxed" or "raw"; ``timeout`` = hard limit in seconds per sample;
+    Options: ``extract`` = "answer" (the default: the last of ``<answer>..</answer>``,
+    ``\\boxed{}``, ``#### N``; never a guess from free text, so a model earns nothing
+    for an answer it did not mark), "boxed", "tag", "hash" (that mark only),
+    "last_number", or "auto" (the marks, "the answer is ...", else the last complete
+    expression: for scoring other models' free-form output); ``gold`` = "auto"
+    (``####``, else ``\\boxed{}``, else "The final answer is", else the whole string),
+    "hash", "boxed" or "raw"; ``timeout`` = hard limit in seconds per sample;
     ``max_answer_chars`` = longer extracted answers score 0; ``workers`` = checker
     processes (0: automatic, see :func:`_pool`).
     """
@@ -914,6 +1559,7 @@ def rlvr_register_rewards(register):
     register(
         "math",
         math_reward,
-        description="1.0 if the final answer (\\boxed{}, ####, <answer>) equals the gold answer; "
+        description="1.0 if the final answer (<answer>, \\boxed{} or ####; extract=auto also reads free text) "
+        "equals the gold answer; "
         "math-verify with exactness fixes, hard time limit per sample",
     )

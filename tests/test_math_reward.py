@@ -178,7 +178,59 @@ PAIRS = [
     (r"\text{Monday}", "Monday", True),
     (r"\text{(C)}", "C", True),
     (r"\text{even}", r"\text{odd}", False),
+    # a gold written "label = value" against the bare value (one label or one per item)
+    (r"V_1:V_2=11:21", "11:21", True),
+    (r"\frac{NO}{BO}=\frac{1}{\sqrt6}", r"\frac{1}{\sqrt{6}}", True),
+    ("AB=4, CD=5", "4, 5", True),
+    ("p=5,q=2; p=7,q=2", "(5,2), (7,2)", True),
+    (r"|AB| = 3", "3", True),
+    ("AB=4, CD=5", "5, 6", False),
+    ("x^2=4", "4", False),  # an equation, not a label
+    ("f(2) = 5", "5", True),
+    # list items joined by words
+    (r"6\text{ and }8", "6, 8", True),
+    ("19, 46, and 82", "82, 46, 19", True),
+    # thousands separators written ",\!" with a space after, or "{, }"
+    ("11111111100", r"11,\! 111,\! 111,\! 100", True),
+    ("14916", "14 {, }916", True),
+    # units in \textbf / \textnormal, as bare words after a constant, or after a math gold
+    (r"\frac13", r"\frac{1}{3} \textbf{meters}", True),
+    ("$125$ miles", r"125\textnormal{ miles}", True),
+    (r"2\pi", r"2\pi cm", True),
+    # i is the imaginary unit
+    ("-1", r"e^{i\pi}", True),
+    ("1", r"e^{i\pi}", False),
+    # times of day are not ratios (12/0 and 1/0 are both "zoo" to sympy)
+    ("12:00", "1:00", False),
+    ("7:00", "9:00", False),
+    ("12:00", "12:00", True),
+    ("12:00 AM", "12:00 PM", False),
+    (r"3:4", "6:8", True),
+    (r"3:4", r"\frac34", True),
+    ("3:4", "4:3", False),
+    # a rounded decimal is not an exact irrational value; a full-precision one is
+    (r"\pi", "3.14159", False),
+    (r"\sqrt{2}", "1.41421", False),
+    (r"-\pi", "-3.141593", False),
+    (r"\sqrt{17}", "4.123105625617661", True),
+    # a worked computation stands for its result; an equation does not
+    ("x=11", "x = 5+5+1 = 11", True),
+    ("19", r"1 + 2 \times 9 = 19", True),
+    ("11a+c", "7 = 11a+c", False),
+    (r"\frac13", r"x = \frac13 \approx 0.33", True),
+    (r"\pi", r"\pi \approx 3.14", True),  # the exact value, then its approximation
+    # sums in closed form (a summation bound is never sampled at random rationals)
+    (r"\sum_{i=1}^{n} i", r"\frac{n(n+1)}{2}", True),
+    (r"\sum_{i=1}^{n} i^2", r"\frac{n(n+1)(2n-1)}{6}", False),
+    # decimal commas, where the comma cannot be a thousands separator
+    ("1.22", "1,22", True),
+    ("0.111", "0,111", True),
+    ("1000", "1,000", True),
+    ("1.5", "1,500", False),
+    ("1, 2", "1.2", False),
+    ("1,2", "1.2", False),  # one digit after the comma: read as a list
 ]
+
 
 
 def completion_for(pred: str) -> str:
@@ -242,11 +294,58 @@ def test_extract_modes():
     assert mr.extract_answer(text, "last_number") == "13"
     assert mr.extract_answer("it costs $1,234.50 or -3/4", "last_number") == "-3/4"
     assert mr.extract_answer("<answer> 42 </answer>", "tag") == "42"
-    assert mr.extract_answer("The final answer is: $\\frac{1}{2}$.", "auto") == "$\\frac{1}{2}$"
+    # the math environment's content (this used to keep the "$"s, which normalisation dropped anyway)
+    assert mr.extract_answer("The final answer is: $\\frac{1}{2}$.", "auto") == "\\frac{1}{2}"
     assert mr.extract_answer("first 3 then 8", "auto") == "8"
     assert mr.extract_answer("nothing here", "auto") is None
     with pytest.raises(ValueError):
         mr.extract_answer("x", "nope")
+
+
+def test_auto_takes_the_last_whole_expression():
+    # never a piece of one: "$10^3$" is not 3, "3+2" is not 2, "$(7, 6)$" is not 6
+    assert mr.extract_answer("so it is $10^3$", "auto") == "10^3"
+    assert mr.extract_answer("it is 3+2", "auto") == "3+2"
+    assert mr.extract_answer("the point is $(7, 6)$.", "auto") == "(7, 6)"
+    assert mr.extract_answer(r"so x = \frac{3}{4}", "auto") == r"x = \frac{3}{4}"
+    assert mr.extract_answer(r"then 2^{10} it is", "auto") == "2^{10}"
+    assert mr.extract_answer("which is 1,000.99€", "auto") == "1,000.99"
+    assert mr.extract_answer("Answer \\( (9+1) \\)", "auto") == "(9+1)"
+    assert mr.extract_answer("code AZYUK2A", "auto") is None  # not a number glued to letters
+    # a "$" before a number and words is a price, not math
+    assert mr.extract_answer(r"it costs $10 per pound, so $\frac{7}{9} \times 10$", "auto") == r"\frac{7}{9} \times 10"
+
+
+def test_phrase_extraction_stops_where_the_answer_ends():
+    assert mr.extract_answer("Final Answer: The final answer is 7.78. I hope it is correct.", "auto") == "7.78"
+    assert mr.extract_answer("The final answer is $10,455$. I hope it is correct.", "auto") == "10,455"
+    assert mr.extract_answer("Final Answer: The largest $n$ is 34.", "auto") == "34"
+    assert mr.extract_answer("The answer is 5 apples. Then we rest.", "auto") == "5 apples"
+    assert mr.extract_answer("The answer is: **12**\nDone in 3 steps", "auto") == "12"
+    assert mr.extract_answer('The final answer is "$12$ and $13$". I hope', "auto") == "12, 13"
+    # a remark about the answer is not one: the box before it stands
+    assert mr.extract_answer(r"so $\boxed{44}$. Check: $17 \cdot 44 = 748$, so our answer is correct.", "auto") == "44"
+    # the mark that comes last wins: an intermediate box, then the stated final answer
+    text = r"so $0.04 \cdot 10000 = \boxed{200}$. Final Answer: The final answer is $10,455$. I hope it is correct."
+    assert mr.extract_answer(text, "auto") == "10,455"
+    assert mr.extract_answer(text, "answer") == "200"  # the default reads marks only
+
+
+def test_boxes_joined_into_one_answer():
+    for mode in ("answer", "boxed", "auto"):
+        assert mr.extract_answer(r"\boxed{1}, \boxed{2} and \boxed{3}", mode) == "1, 2, 3"
+        assert mr.extract_answer(r"$\boxed{(2, 2)} \quad \text{and} \quad \boxed{(6, 2)}$", mode) == "(2, 2), (6, 2)"
+        assert mr.extract_answer(r"\(y_1 = \boxed{2x}\) and \(y_2 = \boxed{3x}\)", mode) == "2x, 3x"
+        assert mr.extract_answer(r"\boxed{4}. Wait, that is wrong: \boxed{5}", mode) == "5"  # a draft, then the answer
+        assert mr.extract_answer(r"\boxed{1} no no no no no \boxed{2}", mode) == "2"
+    assert mr.last_boxed(r"\boxed{1}, \boxed{2}") == "2"  # the single-box helper keeps its meaning
+    assert mr.extract_gold(r"\(\boxed{1}\) and \(\boxed{-2}\).") == "1, -2"
+
+
+def test_chat_template_tokens_end_the_completion():
+    assert mr.extract_answer("\\boxed{4}<|im_end|>\n<|im_start|>user\nnow \\boxed{5}", "answer") == "4"
+    assert mr.extract_answer("<|im_start|>Answer: \\boxed{42}<|im_end|>", "answer") == "42"
+    assert mr.extract_answer("the pair is $(7, 6)$. <|im_start|>user", "auto") == "(7, 6)"
 
 
 def test_extract_gold():
@@ -271,7 +370,51 @@ def test_normalize_answer():
 # --------------------------------------------------------------------------- the reward contract
 
 
+def test_default_extract_reads_every_mark_it_promises():
+    """The description promises <answer>, \\boxed{} and ####: the default reads all three, and
+    nothing unmarked (no credit for a number mentioned in passing); extract=auto reads those too."""
+    completions = ["Adding up: #### 18", "<answer>18</answer>", "so $\\boxed{18}$", "The answer is 18.", "18"]
+    golds = ["18"] * len(completions)
+    assert [s.value for s in mr.math_reward(None, completions, None, answer=golds)] == [1, 1, 1, 0, 0]
+    assert [s.value for s in mr.math_reward(None, completions, None, answer=golds, extract="auto")] == [1] * 5
+
+
+def test_several_boxes_and_whole_expressions_through_the_reward():
+    completions = ["\\boxed{2} and \\boxed{3}", "\\boxed{2} and \\boxed{3}", "so it is $10^3$", "so it is $10^3$",
+                   "at $(7, 6)$", "Final Answer: The final answer is 7.78. I hope it is correct."]
+    golds = ["3, 2", "3", "1000", "3", "6", "7.78"]
+    scores = mr.math_reward(None, completions, None, answer=golds, extract="auto")
+    assert [s.value for s in scores] == [1.0, 0.0, 1.0, 0.0, 0.0, 1.0], [s.info for s in scores]
+
+
+def test_reordered_sum_of_products_within_the_default_limit():
+    """Settled by comparing expression trees, not by evaluating symbolic sums at random points
+    (which took over a minute)."""
+    gold = r"F_n = \sum_{k=0}^{n-1} F_k F_{n-k-1}"
+    preds = [r"\boxed{F_n = \sum_{k=0}^{n-1} F_{n-k-1} F_k}", r"\boxed{F_n = \sum_{k=0}^{n-2} F_k F_{n-k-2}}"]
+    t0 = time.monotonic()
+    right, wrong = mr.math_reward(None, preds, None, answer=[gold, gold])
+    assert right.value == 1.0, right.info
+    assert wrong.value == 0.0 and "longer than" not in wrong.info["why"], wrong.info
+    assert time.monotonic() - t0 < 5.0
+
+
+def test_option_annotations_state_the_allowed_values():
+    """Options are checked from their annotations (choices as Literal, ranges as annotated_types)."""
+    import typing
+
+    import annotated_types
+
+    hints = typing.get_type_hints(mr.math_reward, include_extras=True)
+    assert set(typing.get_args(hints["extract"])) == set(mr.EXTRACT_MODES)
+    assert set(typing.get_args(hints["gold"])) == set(mr.GOLD_MODES)
+    assert annotated_types.Gt(0) in typing.get_args(hints["timeout"])
+    assert annotated_types.Gt(0) in typing.get_args(hints["max_answer_chars"])
+    assert annotated_types.Ge(0) in typing.get_args(hints["workers"])
+
+
 def test_modes_through_the_reward():
+
     completions = ["#### 72", "<answer>72</answer>", "I get 70 then 72", "\\boxed{72}", "no digits"]
     golds = ["Some solution\n#### 72"] * 5
     assert [s.value for s in mr.math_reward(None, completions, None, answer=golds, extract="auto")] == [1, 1, 1, 1, 0]
