@@ -191,12 +191,14 @@ class _Task:
 
 
 class _Worker:
-    __slots__ = ("proc", "conn", "ready", "task", "deadline", "start_deadline")
+    __slots__ = ("proc", "conn", "ready", "task", "deadline", "start_deadline", "exitcode", "reaped")
 
     def __init__(self, proc, conn, start_deadline: float):
         self.proc = proc
         self.conn = conn
         self.ready = False
+        self.reaped = False  # killed, joined and closed: its process object must not be touched again
+        self.exitcode: int | None = None
         self.task: _Task | None = None
         self.deadline: float | None = None  # for the running task
         self.start_deadline = start_deadline  # for the "ready" message
@@ -386,13 +388,18 @@ class DeadlinePool:
 
     @staticmethod
     def _reap(worker: _Worker, kill: bool) -> int | None:
+        """Kill (when asked), join and close a worker; a second call returns the first's exit code
+        (a worker that died during start-up is reaped once on its EOF and again on shutdown)."""
+        if worker.reaped:
+            return worker.exitcode
         if kill and worker.proc.is_alive():
             worker.proc.kill()
         worker.proc.join(timeout=5.0)
-        code = worker.proc.exitcode
+        code = worker.exitcode = worker.proc.exitcode
         worker.conn.close()
         if code is not None:
             worker.proc.close()
+            worker.reaped = True
         return code
 
     def _dispatch_loop(self) -> None:
@@ -454,7 +461,8 @@ class DeadlinePool:
             task = worker.task
             if not worker.ready:
                 with self._lock:
-                    self._broken = f"a worker exited during start-up (exit code {code})"
+                    self._broken = (f"a worker exited during start-up (exit code {code}); a script that scores "
+                                    "rewards needs its work under `if __name__ == '__main__':` (workers re-import it)")
                 return
             if task is not None:
                 self._finish(
@@ -521,9 +529,12 @@ class DeadlinePool:
         deadline = time.monotonic() + 2.0
         for worker in workers:
             # Idle workers exit on their own; busy or stuck ones are killed.
-            if worker.task is None and worker.ready:
-                worker.proc.join(timeout=max(0.0, deadline - time.monotonic()))
-            self._reap(worker, kill=True)
+            try:
+                if worker.task is None and worker.ready and not worker.reaped:
+                    worker.proc.join(timeout=max(0.0, deadline - time.monotonic()))
+                self._reap(worker, kill=True)
+            except Exception:  # noqa: BLE001 - the callers below must hear back whatever happens here
+                pass
         for task in leftovers:
             if reason is not None:
                 task.future.set_exception(PoolBroken(reason))

@@ -261,3 +261,16 @@ def test_invalid_arguments():
     with pytest.raises(ValueError):
         p.submit(operator.neg, 1, timeout=0)
     p.shutdown()
+
+
+def test_script_without_main_guard_fails_fast_instead_of_hanging(tmp_path):
+    """Spawned workers re-import the script; without `if __name__ == "__main__":` each dies during
+    start-up. The caller gets PoolBroken naming the cause within seconds (it used to wait forever:
+    shutting the pool down touched the already closed process of the dead worker)."""
+    script = tmp_path / "noguard.py"
+    script.write_text("from rlvr.workers import DeadlinePool\nprint(DeadlinePool(1).map(abs, [-1], timeout=5))\n")
+    start = time.monotonic()
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0
+    assert "PoolBroken: a worker exited during start-up" in done.stderr and "__main__" in done.stderr
+    assert time.monotonic() - start < 60
