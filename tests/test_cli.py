@@ -418,7 +418,7 @@ def test_score_names_the_record_in_the_whole_input(plugged, tmp_path):
     assert dst.read_text() == "precious\n"
     src.write_text("".join(json.dumps(r) + "\n" for r in rows[:299] + [{"answer": "a"}]))
     one_line_error(plugged("score", "--reward", "needy", "--input", src, "--output", dst, "--batch-size", "7"),
-                   "record 300 has no string 'completion'")
+                   "record 300 has no 'completion' (a string, or chat messages")
 
 
 def test_score_keeps_scores_when_info_is_not_json(plugged, tmp_path):
