@@ -1257,12 +1257,37 @@ def _same_symbols(gold, pred):
         return pred
 
 
+_ARITH_COMMAND_RE = re.compile(r"\\(?:times|cdot|div|ast)(?![A-Za-z])|[×÷·]")
+_ARITH_LAYOUT_RE = re.compile(r"\\(?:left|right|[dt]?frac|!|,|;|:)(?![A-Za-z])|\s")
+_BINARY_OP_RE = re.compile(r"[\d.)}][-+*/][-+]?[\d.({]")
+_SCIENTIFIC_RE = re.compile(r"[-+]?(?:\d+(?:\.\d*)?\*)?10\^\{?[-+]?\d+\}?")
+
+
+def _unevaluated_arithmetic(text: str) -> bool:
+    """Is the (last side of the) answer numbers still combined by operators: ``12 + 18``,
+    ``2 \\times 15``, ``x = 3+2``? Powers (``2^{10}``), scientific notation (``1.5 \\times 10^{3}``),
+    fractions, mixed and signed numbers are final forms.
+
+    Against a plain-number gold such an answer scores 0: it equals the gold only because the
+    checker evaluates it, and a policy rewarded for it learns to restate the question
+    (``What is 12 + 18?`` -> ``12 + 18``) instead of answering it -- measured on the demo,
+    where held-out "accuracy" went to 100% that way.
+    """
+    side = _EQ_SEP_RE.split(text)[-1]
+    side = _ARITH_LAYOUT_RE.sub("", _ARITH_COMMAND_RE.sub("*", side))
+    if not side or any(c not in "0123456789.,+-*/^(){}" for c in side):
+        return False
+    return _BINARY_OP_RE.search(side) is not None and not _SCIENTIFIC_RE.fullmatch(side)
+
+
 def _compare(gold: _Parsed, pred: _Parsed) -> tuple[bool, str]:
     if gold.key == pred.key:
         return True, "identical after normalisation"
     if gold.number is not None and pred.number is not None:
         equal = _numbers_close(gold.number[0], pred.number[0], gold.number[1] or pred.number[1])
         return equal, ("equal" if equal else "not equal") + " (numbers)"
+    if gold.number is not None and _unevaluated_arithmetic(pred.text):
+        return False, "not an answer: an unevaluated arithmetic expression for a number"
     if pred.expr is None:
         return False, f"prediction: {pred.note}"
     if _log10_size(pred.expr) > _MAX_DIGITS:

@@ -59,6 +59,11 @@ DIFFERENCES: dict[str, tuple[str, str, str]] = {
     "test_all.py::test_complex_math_expressions[13]": (
         r"$(\frac{3}{5},\frac{8}{3}]$", r"$(0.6,2.6667]$", _COARSE.format(2, "2.6667", "8/3")),
     "test_all.py::test_precision": (r"$\frac{1}{3}$", r"0.3333$", _COARSE.format(4, "0.3333", "1/3")),
+    "test_all.py::test_latex_notation[4]": (
+        r"$10$", r"Answer \( (9+1) \)",
+        "an unevaluated arithmetic expression is not a final answer for a number: a policy rewarded for it learns "
+        "to restate the question (the demo's arithmetic task reached 100% held-out 'accuracy' answering "
+        "'12 + 18' to 'What is 12 + 18?')"),
     "test_all.py::test_latex_notation[5]": (
         r"$9$", "Answer $ \n 9 \n $",
         "math-verify refuses inline math that spans lines and expects 0; rlvr reads the 9 that is there"),

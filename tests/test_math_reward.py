@@ -608,3 +608,23 @@ def test_gsm8k_gold_solutions():
     wrong = mr.math_reward(None, [f"\\boxed{{{int(f) + 1}}}" for f in finals], None, answer=[r["answer"] for r in rows])
     assert all(s.value == 1.0 for s in right)
     assert all(s.value == 0.0 for s in wrong)
+
+
+@pytest.mark.parametrize(
+    "gold, pred, expected",
+    [
+        ("30", "12 + 18", 0.0), ("2", "17 - 15", 0.0), ("30", r"2 \times 15", 0.0), ("5", "x = 3+2", 0.0),
+        ("10", "(9+1)", 0.0), (r"\frac{5}{6}", r"\frac{1}{2}+\frac{1}{3}", 0.0),
+        # final forms stay equal
+        ("19", r"1+2\times 9 = 19", 1.0), ("1500", r"1.5 \times 10^{3}", 1.0), ("1024", "2^{10}", 1.0),
+        ("2.5", r"2\frac{1}{2}", 1.0), ("-3", "(-3)", 1.0), ("0.75", r"\frac{3}{4}", 1.0),
+        # a gold that is itself an expression is compared as one
+        (r"2+\sqrt{3}", r"\sqrt{3}+2", 1.0),
+    ],
+)
+def test_an_unevaluated_sum_is_not_an_answer_for_a_number(gold, pred, expected):
+    """The demo's policy, rewarded for `12 + 18` against 30, learned to restate every question
+    (held-out 'accuracy' 100%): against a plain-number gold, numbers still joined by + - x /
+    score 0, whatever they evaluate to."""
+    score = mr.math_reward(None, [f"\\boxed{{{pred}}}"], None, answer=[gold])[0]
+    assert score.value == expected, score.info
