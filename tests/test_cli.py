@@ -66,6 +66,7 @@ def test_tasks_and_rewards_listings(rlvr_cmd):
          "--option expects KEY=VALUE (e.g. timeout=5), got 'partial'"),
     ],
 )
+@pytest.mark.slow
 def test_bad_reward_options_exit_2_saying_what_is_allowed(rlvr_cmd, args, message):
     """validate and score check options from the reward's signature, before reading any input."""
     out = rlvr_cmd(*args, cwd=ROOT)
@@ -90,6 +91,7 @@ def test_validate_reads_local_data(rlvr_cmd):
 NO_HUB = {"HF_ENDPOINT": "http://127.0.0.1:9", "HTTPS_PROXY": "", "https_proxy": "", "ALL_PROXY": "", "all_proxy": ""}
 
 
+@pytest.mark.slow
 def test_cpu_profiles_train_on_local_or_generated_data_only(rlvr_cmd):
     """The three recipes' CPU variants read nothing from the hub (train and eval splits)."""
     recipes = [ROOT / f"tasks/{name}.yaml" for name in ("gsm8k", "math", "humaneval")]
@@ -98,6 +100,7 @@ def test_cpu_profiles_train_on_local_or_generated_data_only(rlvr_cmd):
     assert "math.yaml: ok (gsm8k" in out.stdout and "humaneval.yaml: ok (pyfunc" in out.stdout
 
 
+@pytest.mark.slow
 def test_hub_only_data_fails_at_once_when_the_hub_is_unreachable(rlvr_cmd, tmp_path):
     out = rlvr_cmd("validate", "--data", ROOT / "tasks/humaneval.yaml", env={**NO_HUB, "HF_HOME": str(tmp_path)})
     assert out.returncode == 2
@@ -116,6 +119,7 @@ def test_hub_only_data_fails_at_once_when_the_hub_is_unreachable(rlvr_cmd, tmp_p
         (["train", "tasks/demo.yaml", "--set", "trainer.micro_batch_size=3"], "must divide"),
     ],
 )
+@pytest.mark.slow
 def test_bad_input_exits_2_with_one_line(rlvr_cmd, args, message):
     out = rlvr_cmd(*args, cwd=ROOT)
     assert out.returncode == 2
@@ -124,6 +128,7 @@ def test_bad_input_exits_2_with_one_line(rlvr_cmd, args, message):
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
+@pytest.mark.slow
 def test_score_round_trip(rlvr_cmd, tmp_path):
     records = [
         {"completion": "so \\boxed{42}", "answer": "#### 42", "id": 1},
@@ -140,6 +145,7 @@ def test_score_round_trip(rlvr_cmd, tmp_path):
     assert all(isinstance(r["reward_info"], dict) for r in rows)
 
 
+@pytest.mark.slow
 def test_score_bad_input_keeps_existing_output(rlvr_cmd, tmp_path):
     src, dst = tmp_path / "in.jsonl", tmp_path / "out.jsonl"
     src.write_text('{"completion": "x", "answer": "1"}\n{not json\n')
@@ -150,6 +156,7 @@ def test_score_bad_input_keeps_existing_output(rlvr_cmd, tmp_path):
     assert list(tmp_path.iterdir()) == [src, dst] or sorted(tmp_path.iterdir()) == sorted([src, dst])
 
 
+@pytest.mark.slow
 def test_score_missing_column(rlvr_cmd, tmp_path):
     src = tmp_path / "in.jsonl"
     src.write_text('{"completion": "\\\\boxed{1}"}\n')
@@ -173,6 +180,7 @@ def test_light_commands_do_not_import_torch():
     assert out.returncode == 0, out.stderr
 
 
+@pytest.mark.slow
 def test_validate_refuses_lora_with_zero3(rlvr_cmd):
     """Checks that do not depend on the number of ranks belong to the recipe: validate catches them."""
     out = rlvr_cmd("validate", ROOT / "tasks/demo.yaml", "--set", "model.lora={r: 4}", "--set", "trainer.zero_stage=3")
@@ -327,6 +335,7 @@ def listing(folder):
     return sorted(p.name for p in folder.iterdir())
 
 
+@pytest.mark.slow
 def test_score_output_stream_targets_are_written_not_replaced(plugged, tmp_path):
     src = write_records(tmp_path / "in.jsonl", 3)
     fifo = tmp_path / "fifo"
@@ -346,6 +355,7 @@ def test_score_output_stream_targets_are_written_not_replaced(plugged, tmp_path)
     assert listing(tmp_path) == ["fifo", "in.jsonl"]
 
 
+@pytest.mark.slow
 def test_score_writes_through_a_symlink_and_keeps_modes(plugged, plugin_env, tmp_path):
     """A symlink to a file: the target is replaced atomically, the link stays. A replaced file
     keeps its mode; a new one follows the umask."""
@@ -373,6 +383,7 @@ def test_score_writes_through_a_symlink_and_keeps_modes(plugged, plugin_env, tmp
 
 
 
+@pytest.mark.slow
 def test_score_refuses_bad_paths_and_bad_bytes_in_one_line(plugged, tmp_path):
     src = write_records(tmp_path / "in.jsonl", 2)
     afile = tmp_path / "afile"
@@ -406,6 +417,7 @@ def test_score_bounds_workers_and_batch_size(rlvr_cmd, tmp_path, args, message):
     assert listing(tmp_path) == ["in.jsonl"]
 
 
+@pytest.mark.slow
 def test_score_names_the_record_in_the_whole_input(plugged, tmp_path):
     """Record 300 sits in the second batch of 256: it is record 300, not 44."""
     src = tmp_path / "in.jsonl"
@@ -421,6 +433,7 @@ def test_score_names_the_record_in_the_whole_input(plugged, tmp_path):
                    "record 300 has no 'completion' (a string, or chat messages")
 
 
+@pytest.mark.slow
 def test_score_keeps_scores_when_info_is_not_json(plugged, tmp_path):
     """Choice: the scores are kept; info values JSON cannot hold are written as strings, with a note."""
     src = write_records(tmp_path / "in.jsonl", 3)
@@ -507,6 +520,7 @@ def test_score_math_stops_within_a_second_and_its_workers_go_too(rlvr_cmd, tmp_p
     assert not any(_alive(pid) for pid in children)
 
 
+@pytest.mark.slow
 def test_plot_needs_steps_and_a_writable_output(rlvr_cmd, tmp_path):
     run = tmp_path / "run"
     run.mkdir()
@@ -527,6 +541,7 @@ def test_plot_needs_steps_and_a_writable_output(rlvr_cmd, tmp_path):
     assert sorted(listing(tmp_path)) == ["afile", "c.svg", "curves.png", "run"]
 
 
+@pytest.mark.slow
 def test_misspelt_hook_names_the_plugin_and_the_hook(plugin_path):
     out = run_rlvr("tasks", env={"PYTHONPATH": str(plugin_path), "RLVR_LOAD_PLUGINS": "tasks,typo"})
     one_line_error(out, "plugin 'typo' implements 'rlvr_register_reward', which is not an rlvr hook "
@@ -544,6 +559,7 @@ def test_unknown_plugin_in_the_allow_list_is_an_error(rlvr_cmd):
                    "RLVR_LOAD_PLUGINS names 'formt', which is not an installed plugin (did you mean 'format'?)")
 
 
+@pytest.mark.slow
 def test_validate_data_names_the_task_and_split_a_loader_fails_on(plugged, tmp_path):
     recipe = tmp_path / "r.yaml"
     recipe.write_text("task: broken\nprompt: {template: '{{question}}'}\nrewards: {needy: 1}\n")
@@ -569,10 +585,12 @@ def test_validate_data_names_the_task_and_split_a_loader_fails_on(plugged, tmp_p
         (["validate", "tasks/demo.yaml", "--set", "trainer.lr=.nan"], "trainer.lr: not a finite number"),
     ],
 )
+@pytest.mark.slow
 def test_other_commands_refuse_bad_options_in_one_line(rlvr_cmd, args, message):
     one_line_error(rlvr_cmd(*args, cwd=ROOT), message)
 
 
+@pytest.mark.slow
 def test_validate_checks_every_profile(rlvr_cmd, tmp_path):
     recipe = tmp_path / "r.yaml"
     base = (ROOT / "tasks/demo.yaml").read_text()
@@ -625,6 +643,7 @@ def test_read_jsonl_reports_bad_bytes_and_files_by_line(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["/dev/stdout", "/proc/self/fd/1", "/dev/fd/1"])
+@pytest.mark.slow
 def test_score_to_dev_stdout_redirected_to_a_file_appends_to_it(plugin_env, tmp_path, name):
     """`rlvr score ... --output /dev/stdout >> log`: the records go into log through the
     inherited descriptor; the file is neither replaced (the shell would go on writing to an
@@ -644,6 +663,7 @@ def test_score_to_dev_stdout_redirected_to_a_file_appends_to_it(plugin_env, tmp_
     assert log.stat().st_ino == inode
 
 
+@pytest.mark.slow
 def test_score_takes_chat_completions(plugged, tmp_path):
     """A completion given as chat messages (as TRL and OpenAI-style logs write them) is scored on
     its last assistant turn; the record is written back as it came."""

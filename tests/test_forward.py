@@ -30,7 +30,7 @@ def _logprobs(model, share, prompts=PROMPTS, completions=COMPLETIONS):
     return token_logprobs_and_entropy(logits, ids, want_entropy=False)[0] * mask, mask
 
 
-@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+@pytest.mark.parametrize("arch", [pytest.param("llama", marks=pytest.mark.slow), "qwen2"])  # llama: ~6 s
 def test_shared_prompt_forward_matches_full_forward(arch):
     model = _model(arch)
     plain, mask_a = _logprobs(model, share=False)

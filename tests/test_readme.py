@@ -7,6 +7,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
 import yaml
 
 from rlvr.plugins import load_registry
@@ -59,6 +60,7 @@ def build_wheel(folder: Path) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_readme_pyproject_builds_beside_a_recipes_folder(tmp_path):
     """A plugin package with rlvr_exact/ and recipes/ folders builds from the README's snippet,
     and its wheel carries the package and the entry point (not the recipes as a package)."""

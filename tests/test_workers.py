@@ -263,6 +263,7 @@ def test_invalid_arguments():
     p.shutdown()
 
 
+@pytest.mark.slow
 def test_script_without_main_guard_fails_fast_instead_of_hanging(tmp_path):
     """Spawned workers re-import the script; without `if __name__ == "__main__":` each dies during
     start-up. The caller gets PoolBroken naming the cause within seconds (it used to wait forever:

@@ -120,6 +120,7 @@ def test_big_space_keeps_the_whole_test_split():
     assert len(test) >= 48
 
 
+@pytest.mark.slow
 def test_weighted_mix_of_datasets():
     mix = rows("train", size=60, datasets=[
         {"name": "chain_sum", "weight": 1, "config": {"max_terms": 3}},
