@@ -139,7 +139,8 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
         sampler = make_sampler(
             recipe, model_path, longest_prompt=max(train_set.longest, eval_set.longest if eval_set else 0),
             max_new_tokens=max(s.max_tokens, eval_max_tokens(recipe) if eval_set else 0), seed=t.seed + rank,
-            world=world, get_model=lambda: backend.module, tokenizer=tokenizer, synced=zero3 and world > 1)
+            world=world, rank=rank, get_model=lambda: backend.module, tokenizer=tokenizer, synced=zero3 and world > 1,
+            output_dir=output_dir)
         state, position = TrainState(), 0
         metrics = MetricsLog(output_dir / "metrics.jsonl", enabled=rank == 0)
         if resume:

@@ -93,8 +93,29 @@ class LoraConfig(Strict):
     target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
 
+class ServerConfig(Strict):
+    """``sampling.mode: server``: vLLM in processes of its own (``rlvr.server``)."""
+
+    # Sampler processes rank 0 starts; trainer rank r sends its prompts to sampler r % count.
+    count: int = Field(default=1, ge=1, le=64)
+    # Running samplers to use instead of starting any (each started with `rlvr sampler RECIPE`).
+    urls: list[str] = Field(default_factory=list)
+    # GPUs (CUDA ids) or, on CPU, cores the sampler processes run on, shared out evenly; none: all.
+    devices: list[int] = Field(default_factory=list)
+    port: int = Field(default=0, ge=0, le=65535)  # first port (then port + 1, ...); 0: free ports
+    timeout_s: float = Field(default=600.0, gt=0)  # deadline of every request and every weight-sync collective
+    start_timeout_s: float = Field(default=900.0, gt=0)  # deadline for a started sampler to answer
+
+
 class SamplingConfig(Strict):
     backend: Literal["vllm", "hf"] = "vllm"
+    # colocate: vLLM beside each trainer rank (one engine per rank). server: vLLM in processes of
+    # its own, shared by the trainer ranks (sampling.server).
+    mode: Literal["colocate", "server"] = "colocate"
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    # Weights travel to vLLM by collective broadcast in buckets of this many MiB (in-process
+    # vLLM receives the tensors themselves).
+    sync_bucket_mb: int = Field(default=64, ge=1, le=65536)
     num_generations: int = Field(default=8, ge=2, description="K samples per prompt")
     # 0: sample, then train, then sync (synchronous). N >= 1: the next step's samples are drawn
     # while the trainer trains, from weights at most N optimizer steps old (vLLM only: the HF
@@ -257,6 +278,19 @@ class Recipe(Strict):
             )
         if self.model.lora and t.zero_stage == 3:
             raise ValueError("model.lora with trainer.zero_stage 3 is not supported: use stage 0-2 for LoRA")
+        srv = self.sampling.server
+        if self.sampling.mode == "server" and self.sampling.backend == "hf":
+            raise ValueError("sampling.mode: server needs sampling.backend: vllm (the HF sampler is the trainer's own model)")
+        if srv.urls and (srv.devices or srv.port):
+            raise ValueError("sampling.server.urls names running samplers: drop sampling.server.devices and .port")
+        if srv.devices and len(srv.devices) % (len(srv.urls) or srv.count):
+            raise ValueError(f"sampling.server.devices ({len(srv.devices)}) must split evenly over "
+                             f"sampling.server.count ({srv.count}) samplers")
+        if len(set(srv.devices)) != len(srv.devices) or any(d < 0 for d in srv.devices):
+            raise ValueError("sampling.server.devices: distinct device (or core) numbers >= 0")
+        for url in srv.urls:
+            if not re.fullmatch(r"https?://[^/\s]+", url):
+                raise ValueError(f"sampling.server.urls: {url!r} is not a base address like http://host:8000")
         if self.sampling.max_staleness and self.sampling.backend == "hf":
             raise ValueError("sampling.max_staleness >= 1 needs sampling.backend: vllm (the HF sampler generates "
                              "with the very weights being trained, so it cannot run ahead)")

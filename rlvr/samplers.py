@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
@@ -95,13 +93,14 @@ def model_max_len(model_path: str) -> int | None:
 class VLLMSampler:
     """vLLM colocated with the trainer: one engine per rank.
 
-    With one process the engine runs inside it (weights are handed over as tensors, no copy
-    to disk); with several ranks each rank's engine runs in a child process with its own
-    process group, and weights travel through a safetensors folder in shared memory.
+    With one process the engine runs inside it (weights are handed over as tensors, no copy);
+    with several ranks each rank's engine runs in a child process with its own process group,
+    and weights reach it by collective broadcast in buckets (``rlvr.weight_sync``).
     """
 
     def __init__(self, model_path: str, *, max_model_len: int, seed: int, gpu_memory_utilization: float,
-                 cpu_kvcache_gib: int, in_process: bool, on_cpu: bool, dtype: str = "auto"):
+                 cpu_kvcache_gib: int, in_process: bool, on_cpu: bool, dtype: str = "auto",
+                 bucket_bytes: int = 64 << 20):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cpu_kvcache_gib))
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
         from vllm import LLM
@@ -117,7 +116,16 @@ class VLLMSampler:
             enable_prefix_caching=True,
             # log-probs of the distribution sampled from (after temperature/top-p), not the raw logits'
             logprobs_mode="processed_logprobs",
+            # an engine in a child process receives weights by collective broadcast (rlvr.weight_sync)
+            **({} if in_process else {"weight_transfer_config": {"backend": "rlvr"}}),
         )
+        self.broadcaster = None
+        if not in_process:
+            from .weight_sync import Broadcaster, LLMClient
+
+            workers = self.llm.llm_engine.vllm_config.parallel_config.world_size_across_dp
+            self.broadcaster = Broadcaster([LLMClient(self.llm)], [workers], bucket_bytes=bucket_bytes,
+                                           device=torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device()))
 
     def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
                  max_tokens: int, seed: int | None = None, logprobs: bool = False) -> list[list[Completion]]:
@@ -137,19 +145,12 @@ class VLLMSampler:
         return Completion(output.text, ids, output.finish_reason == "length", values)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        if self.in_process:
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+        if self.broadcaster is not None:  # the engine's own process: buckets by collective broadcast
+            self.broadcaster.send(weights)
         else:
-            from safetensors.torch import save_file
-
-            folder = tempfile.mkdtemp(prefix="rlvr-sync-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
-            try:
-                save_file({k: v.contiguous() for k, v in weights}, os.path.join(folder, "model.safetensors"))
-                self.llm.collective_rpc("reload_weights", kwargs={"weights_path": folder})
-            finally:
-                shutil.rmtree(folder, ignore_errors=True)
-        if self.on_cpu:
-            self.llm.collective_rpc(_repack_cpu_lm_heads)
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+            if self.on_cpu:
+                self.llm.collective_rpc(_repack_cpu_lm_heads)
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
@@ -157,16 +158,10 @@ class VLLMSampler:
 
 
 def _repack_cpu_lm_heads(worker) -> int:
-    """vLLM-cpu packs each layer's weight for its GEMM kernel after loading (``cpu_linear``).
-    ``reload_weights`` repacks a tied output head only through ``embed_tokens``, so without this
-    the head would go on sampling with the weights the run started from (found by comparing the
-    sampler's log-probs with the trainer's after a sync). Runs in each vLLM worker."""
-    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+    """Runs in each vLLM worker after ``reload_weights`` (``weight_sync.repack_cpu_lm_heads``)."""
+    from rlvr.weight_sync import repack_cpu_lm_heads
 
-    heads = [m for m in worker.model_runner.model.modules() if isinstance(m, ParallelLMHead) and hasattr(m, "cpu_linear")]
-    for head in heads:
-        head.quant_method.process_weights_after_loading(head)
-    return len(heads)
+    return repack_cpu_lm_heads(worker.model_runner.model)
 
 
 class HFSampler:
@@ -261,22 +256,30 @@ def _merged_named_parameters(module: torch.nn.Module) -> Iterator[tuple[str, tor
 
 
 def make_sampler(recipe, model_path: str, *, longest_prompt: int, max_new_tokens: int, seed: int, world: int = 1,
-                 get_model: Callable[[], torch.nn.Module] | None = None, tokenizer=None,
-                 synced: bool = False) -> Sampler:
+                 rank: int = 0, get_model: Callable[[], torch.nn.Module] | None = None, tokenizer=None,
+                 synced: bool = False, output_dir=None, server: bool | None = None) -> Sampler:
     """The recipe's sampler, for training and evaluation alike.
 
     vLLM's context is ``context_length`` of the longest prompt it will see and the most tokens
     any call may generate. The transformers sampler generates with ``get_model()`` (the live
-    policy, or a loaded model).
+    policy, or a loaded model). ``server`` (default: the recipe's ``sampling.mode``) puts vLLM
+    in processes of its own (``rlvr.server``); their logs go to ``output_dir``.
     """
     s = recipe.sampling
     if s.backend == "hf":
         return HFSampler(get_model, tokenizer, synced=synced)
     context = context_length(longest_prompt, max_new_tokens, model_max_len(model_path))
+    on_cpu = not torch.cuda.is_available()
     try:
-        return VLLMSampler(model_path, max_model_len=context, seed=seed, gpu_memory_utilization=s.gpu_memory_utilization,
-                           cpu_kvcache_gib=s.cpu_kvcache_gib, in_process=world == 1,
-                           on_cpu=not torch.cuda.is_available(), dtype=s.dtype)
+        import vllm  # noqa: F401
     except ImportError as exc:
         raise RlvrError(f"sampling.backend vllm needs vLLM ({exc}); install rlvr[cpu] or rlvr[gpu], "
                         "or set sampling.backend=hf") from None
+    if s.mode == "server" if server is None else server:
+        from .server import connect_samplers
+
+        return connect_samplers(recipe, model_path, max_model_len=context, seed=seed, rank=rank, world=world,
+                                output_dir=output_dir, on_cpu=on_cpu)
+    return VLLMSampler(model_path, max_model_len=context, seed=seed, gpu_memory_utilization=s.gpu_memory_utilization,
+                       cpu_kvcache_gib=s.cpu_kvcache_gib, in_process=world == 1, on_cpu=on_cpu, dtype=s.dtype,
+                       bucket_bytes=s.sync_bucket_mb << 20)

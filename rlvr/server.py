@@ -1,0 +1,302 @@
+"""Server mode: the sampler in its own process(es), vLLM's OpenAI-compatible server.
+
+Rank 0 starts ``sampling.server.count`` processes (or the recipe names running ones in
+``sampling.server.urls``); every trainer rank sends its prompts to one of them (rank ``r`` to
+``r % count``) and reads back completions with their token ids and log-probs. Weights go from
+the trainer to every sampler worker by collective broadcast (``rlvr.weight_sync``), driven
+through vLLM's own weight-transfer routes; with several trainer ranks the samplers are paused
+(``/pause?mode=wait``: in-flight requests finish first) while the weights change.
+
+Every wait has a deadline: start-up (``start_timeout_s``), each request and each collective
+(``timeout_s``). A sampler process that exits or stops answering ends the run with one line
+naming it and its log. The processes die with the trainer: closed on exit, and on Linux they
+get SIGKILL from the kernel if the trainer itself is killed (``PR_SET_PDEATHSIG``).
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import torch
+
+from . import RlvrError
+from .samplers import Completion, sampler_dtype
+from .weight_sync import Broadcaster, free_port
+
+_LOGS_TAIL = 4000
+
+
+def server_command(model_path: str, *, port: int, max_model_len: int, dtype: str, seed: int,
+                   gpu_memory_utilization: float, on_cpu: bool, host: str = "127.0.0.1") -> list[str]:
+    """The command line of one sampler process (vLLM's OpenAI-compatible server, with rlvr's
+    weight-transfer backend and the log-probs of the distribution sampled from)."""
+    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_path),
+            "--served-model-name", "policy", "--host", host, "--port", str(port),
+            "--dtype", sampler_dtype(dtype, on_cpu), "--max-model-len", str(max_model_len), "--seed", str(seed),
+            "--gpu-memory-utilization", str(gpu_memory_utilization), "--enable-prefix-caching",
+            "--weight-transfer-config", json.dumps({"backend": "rlvr"}), "--logprobs-mode", "processed_logprobs",
+            "--disable-uvicorn-access-log", *(["--enforce-eager"] if on_cpu else [])]
+
+
+def server_env(*, devices: Sequence[int] | None, on_cpu: bool, cpu_kvcache_gib: int) -> dict[str, str]:
+    """The environment of one sampler process: vLLM's RL routes on, its devices or cores."""
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": str(cpu_kvcache_gib)}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "VLLM_ENABLE_V1_MULTIPROCESSING"):
+        env.pop(key, None)  # the trainer's rendezvous is not the sampler's
+    if devices:
+        if on_cpu:
+            env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, devices))
+        else:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(map(str, devices))
+    return env
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    os.setsid()
+
+
+class SamplerProcess:
+    """One vLLM server this trainer started: its process, port and log."""
+
+    def __init__(self, command: list[str], env: dict[str, str], log_path: Path, port: int):
+        self.command, self.log_path, self.port = command, Path(log_path), port
+        self.url = f"http://127.0.0.1:{port}"  # as rank 0 reaches it
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         preexec_fn=_die_with_parent)
+        atexit.register(self.stop)
+
+    def describe(self) -> str:
+        return f"sampler process {self.proc.pid} ({self.url}, log {self.log_path})"
+
+    def problem(self) -> str | None:
+        """Why this process cannot serve (it exited), or None while it runs."""
+        code = self.proc.poll()
+        if code is None:
+            return None
+        return f"{self.describe()} exited with status {code}{_last_error(self.log_path)}"
+
+    def wait_ready(self, deadline_s: float) -> None:
+        import requests
+
+        end = time.monotonic() + deadline_s
+        while True:
+            problem = self.problem()
+            if problem:
+                raise RlvrError(problem + " during start-up")
+            try:
+                if requests.get(self.url + "/health", timeout=5).status_code == 200:
+                    return
+            except requests.RequestException:
+                pass
+            if time.monotonic() > end:
+                self.stop()
+                raise RlvrError(f"{self.describe()} was not ready within {deadline_s:g} s "
+                                "(sampling.server.start_timeout_s)")
+            time.sleep(0.5)
+
+    def stop(self, grace_s: float = 15.0) -> None:
+        if self.proc.poll() is not None:
+            return
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.wait(grace_s)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # the engine's own children too
+        except ProcessLookupError:
+            pass
+        self.proc.wait()
+
+
+def _last_error(log_path: Path) -> str:
+    try:
+        with open(log_path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - _LOGS_TAIL))
+            lines = [ln.strip() for ln in f.read().decode(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    errors = [ln for ln in lines if "Error" in ln or "error" in ln]
+    return f": {(errors or lines or [''])[-1][:300]}" if lines else ""
+
+
+class ServerSampler:
+    """The ``Sampler`` of a trainer rank in server mode."""
+
+    def __init__(self, urls: Sequence[str], *, rank: int, world: int, timeout_s: float, bucket_bytes: int,
+                 processes: Sequence[SamplerProcess] = (), device: torch.device | None = None):
+        self.urls, self.rank, self.world, self.timeout_s = list(urls), rank, world, timeout_s
+        self.url = self.urls[rank % len(self.urls)]
+        self.processes = list(processes)
+        self.broadcaster = None
+        if rank == 0:
+            from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
+
+            clients = [HTTPVLLMWeightSyncClient(u, timeout=timeout_s) for u in self.urls]
+            workers = [int(self._get(u, "/get_world_size")["world_size"]) for u in self.urls]
+            self.broadcaster = Broadcaster(clients, workers, bucket_bytes=bucket_bytes, timeout_s=timeout_s,
+                                           device=device or torch.device("cpu"))
+
+    # -- requests, each with a deadline and a clear line when a sampler is gone --
+    def _explain(self, url: str, exc: Exception) -> RlvrError:
+        for p in self.processes:
+            if url.endswith(f":{p.port}") and p.problem():
+                return RlvrError(p.problem())
+        import requests
+
+        if isinstance(exc, requests.Timeout):
+            return RlvrError(f"the sampler at {url} did not answer within {self.timeout_s:g} s (sampling.server.timeout_s)")
+        return RlvrError(f"the sampler at {url} failed: {str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}")
+
+    def _get(self, url: str, path: str) -> dict:
+        import requests
+
+        try:
+            response = requests.get(url + path, timeout=self.timeout_s)
+            response.raise_for_status()
+            return response.json()
+        except requests.RequestException as exc:
+            raise self._explain(url, exc) from None
+
+    def _post(self, url: str, path: str, body: dict | None = None, params: dict | None = None) -> dict:
+        import requests
+
+        try:
+            response = requests.post(url + path, json=body, params=params, timeout=self.timeout_s)
+            if response.status_code >= 400:
+                raise RlvrError(f"the sampler at {url} refused {path}: {response.status_code} {response.text[:300]}")
+            return response.json()
+        except requests.RequestException as exc:
+            raise self._explain(url, exc) from None
+
+    def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
+                 max_tokens: int, seed: int | None = None, logprobs: bool = False) -> list[list[Completion]]:
+        body = {"model": "policy", "prompt": [list(p) for p in prompt_ids], "n": n, "temperature": temperature,
+                "top_p": top_p, "max_tokens": max_tokens, "return_token_ids": True, "skip_special_tokens": True}
+        if logprobs:
+            body["logprobs"] = 0
+        choices = sorted(self._post(self.url, "/v1/completions", body)["choices"], key=lambda c: c["index"])
+        if len(choices) != n * len(prompt_ids):
+            raise RlvrError(f"the sampler at {self.url} returned {len(choices)} completions for {n * len(prompt_ids)}")
+        out = [self._completion(c, logprobs) for c in choices]
+        return [out[i * n : (i + 1) * n] for i in range(len(prompt_ids))]
+
+    @staticmethod
+    def _completion(choice: dict, logprobs: bool) -> Completion:
+        ids = list(choice["token_ids"])
+        values = [float(v) for v in choice["logprobs"]["token_logprobs"]] if logprobs else None
+        return Completion(choice["text"], ids, choice["finish_reason"] == "length", values)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        if self.broadcaster is None:
+            for _ in weights:  # not the sender: only the trainer-side gathers (ZeRO-3) need this rank
+                pass
+        else:
+            shared = self.world > 1
+            if shared:  # other ranks may still be sampling: let their requests finish, hold new ones
+                self._each(lambda u: self._post(u, "/pause", params={"mode": "wait"}))
+            try:
+                self.broadcaster.send(weights)
+            except RlvrError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - a collective or a route that failed: name the sampler
+                for p in self.processes:
+                    if p.problem():
+                        raise RlvrError(p.problem() + " during a weight sync") from None
+                raise RlvrError(f"weight sync to the samplers failed: {str(exc).splitlines()[0][:300]}") from None
+            if shared:
+                self._each(lambda u: self._post(u, "/resume"))
+        if self.world > 1:
+            import torch.distributed as dist
+
+            dist.barrier()  # no rank samples before every sampler holds the new weights
+
+    def _each(self, call) -> None:
+        with ThreadPoolExecutor(len(self.urls)) as pool:
+            for f in [pool.submit(call, u) for u in self.urls]:
+                f.result()
+
+    def close(self) -> None:
+        for p in self.processes:
+            p.stop()
+
+
+def connect_samplers(recipe, model_path: str, *, max_model_len: int, seed: int, rank: int, world: int,
+                     output_dir, on_cpu: bool) -> ServerSampler:
+    """Every rank's ``ServerSampler``: rank 0 starts the samplers (unless the recipe names running
+    ones) and tells the other ranks where they are."""
+    srv = recipe.sampling.server
+    urls, procs = list(srv.urls), []
+    if not urls and rank == 0:
+        host = "0.0.0.0" if world > 1 else "127.0.0.1"  # other nodes' ranks reach it at MASTER_ADDR
+        procs = start_samplers(recipe, model_path, max_model_len=max_model_len, seed=seed,
+                               output_dir=Path(output_dir or "."), on_cpu=on_cpu, host=host)
+        address = os.environ.get("MASTER_ADDR", "127.0.0.1") if world > 1 else "127.0.0.1"
+        urls = [f"http://{address}:{p.port}" for p in procs]
+    if world > 1 and not srv.urls:
+        import torch.distributed as dist
+
+        box = [urls]
+        dist.broadcast_object_list(box, src=0)
+        urls = box[0]
+    device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
+    sampler = ServerSampler(urls, rank=rank, world=world, timeout_s=srv.timeout_s,
+                            bucket_bytes=recipe.sampling.sync_bucket_mb << 20, processes=procs, device=device)
+    if sampler.broadcaster is not None and any(not _is_local(u) for u in urls):
+        sampler.broadcaster.address = _this_host_address()
+    return sampler
+
+
+def _is_local(url: str) -> bool:
+    from urllib.parse import urlparse
+
+    return urlparse(url).hostname in ("127.0.0.1", "localhost", "::1")
+
+
+def _this_host_address() -> str:
+    """An address of this host the samplers can reach (for the weight-sync rendezvous)."""
+    import socket
+
+    return os.environ.get("RLVR_SYNC_ADDR") or socket.gethostbyname(socket.gethostname())
+
+
+def start_samplers(recipe, model_path: str, *, max_model_len: int, seed: int, output_dir: Path,
+                   on_cpu: bool, host: str = "127.0.0.1") -> list[SamplerProcess]:
+    """Start the recipe's sampler processes and wait until each answers (rank 0 only)."""
+    s, srv = recipe.sampling, recipe.sampling.server
+    devices = list(srv.devices or [])
+    per = len(devices) // srv.count if devices else 0
+    procs: list[SamplerProcess] = []
+    try:
+        for i in range(srv.count):
+            port = srv.port + i if srv.port else free_port()
+            mine = devices[i * per : (i + 1) * per] if devices else None
+            command = server_command(model_path, port=port, max_model_len=max_model_len, dtype=s.dtype, seed=seed + i,
+                                     gpu_memory_utilization=s.gpu_memory_utilization, on_cpu=on_cpu, host=host)
+            procs.append(SamplerProcess(command, server_env(devices=mine, on_cpu=on_cpu, cpu_kvcache_gib=s.cpu_kvcache_gib),
+                                        output_dir / f"sampler-{i}.log", port))
+        for p in procs:
+            p.wait_ready(srv.start_timeout_s)
+    except BaseException:
+        for p in procs:
+            p.stop()
+        raise
+    return procs
