@@ -396,6 +396,67 @@ def eval_cmd(recipe, model, split, limit, ks, output_dir, overrides, profile):
     evaluate(rec, registry, output_dir)
 
 
+@cli.command()
+@click.argument("recipe")
+@_recipe_options
+@click.option("--model", default=None, help="Model to serve (hub id, folder, or alias): the one the trainer starts "
+              "from (its --model).")
+@click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on: 0.0.0.0 lets trainers on "
+              "other nodes reach it (the server has no authentication); 127.0.0.1 this node only.")
+@click.option("--port", type=_Int(1, 65535), default=None, help="Port to listen on (default: sampling.server.port, "
+              "else 8000).")
+@click.option("--print-command", is_flag=True, help="Print the command line, with the environment it needs, "
+              "instead of running it.")
+def sampler(recipe, overrides, profile, model, host, port, print_command):
+    """Run one vLLM sampler for a recipe, in the foreground (Ctrl-C stops it).
+
+    Start one on each node that should sample, then train with sampling.mode: server and
+    sampling.server.urls naming them. The sampler loads the model and sizes its context from the
+    recipe's prompts as `rlvr train` does: give it the trainer's recipe, --profile, --set and --model.
+    """
+    if not host.strip():
+        raise RlvrError("--host: give an address to listen on, e.g. 0.0.0.0 or 127.0.0.1")
+    settings = [("model.name", model)] if model is not None else []  # taken as given, as in train
+    registry = _registry()
+    rec = _load_resolved(recipe, list(overrides), profile, registry, settings)
+    if rec.sampling.backend != "vllm":
+        raise RlvrError(f"{recipe}: a sampler runs vLLM, but the recipe's sampling.backend is "
+                        f"{rec.sampling.backend!r} (its trainer samples by itself)")
+    if not print_command:
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            raise RlvrError("rlvr sampler needs vLLM: install rlvr[cpu] or rlvr[gpu]")
+    from .server import sampler_launch
+
+    port = port or rec.sampling.server.port or 8000
+    command, env = sampler_launch(rec, registry, host=host, port=port)
+    if print_command:
+        click.echo(_shell_line(command, env))
+        return
+    import socket
+
+    where = socket.gethostname() if host in ("0.0.0.0", "::") else host
+    click.echo(f"rlvr: sampler for {rec.name} on port {port}; trainers name it in sampling.server.urls as "
+               f"http://{where}:{port}", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    try:  # the process becomes the server: Ctrl-C and other signals reach vLLM itself, its status is ours
+        os.execve(command[0], command, env)
+    except OSError as exc:
+        raise RlvrError(f"cannot start the sampler ({command[0]}): {exc.strerror}") from None
+
+
+def _shell_line(command: list[str], env: dict[str, str]) -> str:
+    """``env [-u NAME]... [NAME=VALUE]... COMMAND``, shell-quoted: the command with the variables
+    it needs changed from this environment (set, or removed)."""
+    import shlex
+
+    unset = [arg for name in sorted(os.environ) if name not in env for arg in ("-u", name)]
+    assigned = [f"{name}={value}" for name, value in sorted(env.items()) if os.environ.get(name) != value]
+    return shlex.join(["env", *unset, *assigned, *command])
+
+
 @cli.group()
 def model():
     """Fetch models that need no hub."""

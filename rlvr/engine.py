@@ -32,7 +32,7 @@ from typing import Any
 
 from . import RlvrError
 from .checkpoint import TrainState, check_output_dir, load_checkpoint, save_checkpoint, save_final
-from .evaluate import eval_max_tokens, evaluate_with
+from .evaluate import evaluate_with
 from .learner import Learner, is_correction_mode
 from .logs import RunOutput
 from .metrics import MetricsLog, reduce_sums, rollout_sums, step_line, step_row
@@ -44,6 +44,7 @@ from .recipe import Recipe
 from .rewards import BoundReward, bind_rewards
 from .rollout import Pipeline, PromptStream, RolloutProducer
 from .samplers import make_sampler, sampler_dtype
+from .server import run_evaluates, run_lengths
 
 log = logging.getLogger("rlvr.engine")
 
@@ -128,7 +129,7 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
         torch.manual_seed(t.seed + rank)
         tokenizer = AutoTokenizer.from_pretrained(model_path)
         train_set = load_prompt_set(recipe, registry, tokenizer, split="train")
-        evaluating = t.eval_at_start or t.eval_at_end or t.eval_every
+        evaluating = run_evaluates(recipe)
         eval_set = load_prompt_set(recipe, registry, tokenizer, split="eval") if evaluating else None
         for name, kept in (("train", train_set), ("eval", eval_set)):
             if kept is not None and kept.dropped:
@@ -136,9 +137,9 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
 
         backend, ref_model, zero_stage = build_policy(recipe, model_path, world=world, device=device, cuda=cuda)
         zero3, lora = zero_stage == 3, bool(recipe.model.lora)
+        longest, new_tokens = run_lengths(recipe, train_set, eval_set)
         sampler = make_sampler(
-            recipe, model_path, longest_prompt=max(train_set.longest, eval_set.longest if eval_set else 0),
-            max_new_tokens=max(s.max_tokens, eval_max_tokens(recipe) if eval_set else 0), seed=t.seed + rank,
+            recipe, model_path, longest_prompt=longest, max_new_tokens=new_tokens, seed=t.seed + rank,
             world=world, rank=rank, get_model=lambda: backend.module, tokenizer=tokenizer, synced=zero3 and world > 1,
             output_dir=output_dir)
         state, position = TrainState(), 0

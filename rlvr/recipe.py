@@ -93,6 +93,19 @@ class LoraConfig(Strict):
     target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
 
+def _is_base_url(url: str) -> bool:
+    """``http(s)://host[:port][/]``: where a sampler answers, nothing after it."""
+    from urllib.parse import urlparse
+
+    try:
+        parts = urlparse(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number in 0..65535
+    except ValueError:
+        return False
+    return (parts.scheme in ("http", "https") and bool(parts.hostname) and parts.path in ("", "/")
+            and not (parts.query or parts.fragment or parts.params or any(c.isspace() for c in url)))
+
+
 class ServerConfig(Strict):
     """``sampling.mode: server``: vLLM in processes of its own (``rlvr.server``)."""
 
@@ -289,8 +302,10 @@ class Recipe(Strict):
         if len(set(srv.devices)) != len(srv.devices) or any(d < 0 for d in srv.devices):
             raise ValueError("sampling.server.devices: distinct device (or core) numbers >= 0")
         for url in srv.urls:
-            if not re.fullmatch(r"https?://[^/\s]+", url):
+            if not _is_base_url(url):
                 raise ValueError(f"sampling.server.urls: {url!r} is not a base address like http://host:8000")
+        if len({u.rstrip("/") for u in srv.urls}) != len(srv.urls):
+            raise ValueError("sampling.server.urls names a sampler twice")
         if self.sampling.max_staleness and self.sampling.backend == "hf":
             raise ValueError("sampling.max_staleness >= 1 needs sampling.backend: vllm (the HF sampler generates "
                              "with the very weights being trained, so it cannot run ahead)")

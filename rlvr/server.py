@@ -29,10 +29,11 @@ from typing import Iterable, Sequence
 import torch
 
 from . import RlvrError
-from .samplers import Completion, sampler_dtype
+from .samplers import Completion, prompt_seed, sampler_dtype
 from .weight_sync import Broadcaster, free_port
 
 _LOGS_TAIL = 4000
+_DIE_WITH_PARENT = "RLVR_SAMPLER_DIES_WITH_PARENT"
 
 
 def server_command(model_path: str, *, port: int, max_model_len: int, dtype: str, seed: int,
@@ -49,7 +50,8 @@ def server_command(model_path: str, *, port: int, max_model_len: int, dtype: str
 
 def server_env(*, devices: Sequence[int] | None, on_cpu: bool, cpu_kvcache_gib: int) -> dict[str, str]:
     """The environment of one sampler process: vLLM's RL routes on, its devices or cores."""
-    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": str(cpu_kvcache_gib)}
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": str(cpu_kvcache_gib),
+           _DIE_WITH_PARENT: "1"}
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "VLLM_ENABLE_V1_MULTIPROCESSING"):
         env.pop(key, None)  # the trainer's rendezvous is not the sampler's
     if devices:
@@ -60,14 +62,29 @@ def server_env(*, devices: Sequence[int] | None, on_cpu: bool, cpu_kvcache_gib: 
     return env
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec
+def _die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux; elsewhere a no-op)."""
     try:
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+    except (OSError, AttributeError):
+        return
+
+
+def _child_setup() -> None:  # runs in the sampler process between fork and exec
+    _die_with_parent()
     os.setsid()
+
+
+def vllm_process_hook() -> None:
+    """vLLM's ``general_plugins`` hook, run in each of its processes: in a sampler rlvr started,
+    vLLM's engine and worker processes die with their parent too, so nothing outlives a trainer
+    killed with SIGKILL (the kernel kills the server, the server's death kills its engine...)."""
+    if os.environ.get(_DIE_WITH_PARENT) == "1" and os.getpid() != os.getpgid(0):  # not the server itself
+        _die_with_parent()
+        if os.getppid() == 1:  # the parent died before we asked
+            os._exit(1)
 
 
 class SamplerProcess:
@@ -79,7 +96,7 @@ class SamplerProcess:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         preexec_fn=_die_with_parent)
+                                         preexec_fn=_child_setup)
         atexit.register(self.stop)
 
     def describe(self) -> str:
@@ -112,15 +129,16 @@ class SamplerProcess:
             time.sleep(0.5)
 
     def stop(self, grace_s: float = 15.0) -> None:
-        if self.proc.poll() is not None:
-            return
+        """SIGTERM, then SIGKILL after ``grace_s``, to the whole process group: vLLM's engine
+        and workers as well, even when the server itself already died."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, signal.SIGTERM)
+                self.proc.wait(grace_s)
+            except (ProcessLookupError, subprocess.TimeoutExpired):
+                pass
         try:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            self.proc.wait(grace_s)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # the engine's own children too
+            os.killpg(self.proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
         self.proc.wait()
@@ -143,7 +161,7 @@ class ServerSampler:
 
     def __init__(self, urls: Sequence[str], *, rank: int, world: int, timeout_s: float, bucket_bytes: int,
                  processes: Sequence[SamplerProcess] = (), device: torch.device | None = None):
-        self.urls, self.rank, self.world, self.timeout_s = list(urls), rank, world, timeout_s
+        self.urls, self.rank, self.world, self.timeout_s = [u.rstrip("/") for u in urls], rank, world, timeout_s
         self.url = self.urls[rank % len(self.urls)]
         self.processes = list(processes)
         self.broadcaster = None
@@ -189,15 +207,19 @@ class ServerSampler:
 
     def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
                  max_tokens: int, seed: int | None = None, logprobs: bool = False) -> list[list[Completion]]:
-        body = {"model": "policy", "prompt": [list(p) for p in prompt_ids], "n": n, "temperature": temperature,
-                "top_p": top_p, "max_tokens": max_tokens, "return_token_ids": True, "skip_special_tokens": True}
-        if logprobs:
-            body["logprobs"] = 0
-        choices = sorted(self._post(self.url, "/v1/completions", body)["choices"], key=lambda c: c["index"])
-        if len(choices) != n * len(prompt_ids):
-            raise RlvrError(f"the sampler at {self.url} returned {len(choices)} completions for {n * len(prompt_ids)}")
-        out = [self._completion(c, logprobs) for c in choices]
-        return [out[i * n : (i + 1) * n] for i in range(len(prompt_ids))]
+        """One request per prompt, all in flight at once (vLLM batches them), each with its own seed."""
+
+        def one(i: int) -> list[Completion]:
+            body = {"model": "policy", "prompt": list(prompt_ids[i]), "n": n, "temperature": temperature, "top_p": top_p,
+                    "max_tokens": max_tokens, "seed": prompt_seed(seed, i), "return_token_ids": True,
+                    "skip_special_tokens": True, **({"logprobs": 0} if logprobs else {})}
+            choices = sorted(self._post(self.url, "/v1/completions", body)["choices"], key=lambda c: c["index"])
+            if len(choices) != n:
+                raise RlvrError(f"the sampler at {self.url} returned {len(choices)} completions for {n}")
+            return [self._completion(c, logprobs) for c in choices]
+
+        with ThreadPoolExecutor(min(64, max(1, len(prompt_ids)))) as pool:
+            return list(pool.map(one, range(len(prompt_ids))))
 
     @staticmethod
     def _completion(choice: dict, logprobs: bool) -> Completion:
@@ -300,3 +322,46 @@ def start_samplers(recipe, model_path: str, *, max_model_len: int, seed: int, ou
             p.stop()
         raise
     return procs
+
+
+# ---- `rlvr sampler`: one sampler process started by hand (on another node, for sampling.server.urls) ----
+
+def run_evaluates(recipe) -> bool:
+    """Whether ``rlvr train`` evaluates on its sampler (so the eval prompts size its context too)."""
+    t = recipe.trainer
+    return bool(t.eval_at_start or t.eval_at_end or t.eval_every)
+
+
+def run_lengths(recipe, train_set, eval_set=None) -> tuple[int, int]:
+    """(longest prompt, most new tokens) a training run's sampler must hold: the train prompts with
+    ``sampling.max_tokens``, and with ``eval_set`` (the run evaluates) its prompts and eval's max_tokens."""
+    from .evaluate import eval_max_tokens
+
+    longest = max(train_set.longest, eval_set.longest if eval_set else 0)
+    return longest, max(recipe.sampling.max_tokens, eval_max_tokens(recipe) if eval_set else 0)
+
+
+def sampler_launch(recipe, registry, *, host: str, port: int) -> tuple[list[str], dict[str, str]]:
+    """The command line and environment of a sampler for ``recipe``, as ``rlvr train`` would start
+    it: the same model (an alias pulled once), and a context sized from the same prompts, so the
+    trainer's requests fit. Loads the tokenizer and renders every prompt, as training does."""
+    from transformers import AutoTokenizer
+
+    from .models import resolve_model
+    from .prompts import load_prompt_set
+    from .samplers import context_length, model_max_len
+
+    model_path = resolve_model(recipe.model.name)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    train_set = load_prompt_set(recipe, registry, tokenizer, split="train")
+    eval_set = load_prompt_set(recipe, registry, tokenizer, split="eval") if run_evaluates(recipe) else None
+    longest, new_tokens = run_lengths(recipe, train_set, eval_set)
+    context = context_length(longest, new_tokens, model_max_len(model_path))  # make_sampler's rule
+    s, on_cpu = recipe.sampling, not torch.cuda.is_available()
+    command = server_command(model_path, port=port, max_model_len=context, dtype=s.dtype, seed=recipe.trainer.seed,
+                             gpu_memory_utilization=s.gpu_memory_utilization, on_cpu=on_cpu, host=host)
+    env = server_env(devices=None, on_cpu=on_cpu, cpu_kvcache_gib=s.cpu_kvcache_gib)
+    # Started by hand, it belongs to no trainer: under `nohup ... &` in a script it shares the
+    # script's process group, and would be killed with the script (vllm_process_hook).
+    env.pop(_DIE_WITH_PARENT, None)
+    return command, env

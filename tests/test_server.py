@@ -1,11 +1,9 @@
 """Server mode: vLLM in a process of its own, weights by collective broadcast (rlvr.server,
 rlvr.weight_sync). Tiny random-init model on CPU."""
 
-import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -43,3 +41,95 @@ def test_server_mode_trains_and_leaves_nothing_behind(tmp_path, tiny_model, test
         assert r["time_sync"] > 0
     assert (out / "sampler-0.log").exists()
     assert sampler_pids(out) == []
+
+
+def test_server_mode_matches_colocated_when_synchronous(tmp_path, tiny_model, test_plugin):
+    """max_staleness 0: the same seed draws the same samples in both modes, so the same losses,
+    gradient norms and rewards (the sampler is the same vLLM engine, only in another process)."""
+    recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm")
+    both = {}
+    for mode in ("colocate", "server"):
+        out = tmp_path / mode
+        train_two_steps(recipe, out, env, f"sampling.mode={mode}", "algorithm.ppo_epochs=1")
+        both[mode] = rows(out)
+    keys = ("reward_mean", "completion_len_mean", "grad_norm", "loss", "kl", "entropy")
+    for a, b in zip(both["colocate"], both["server"]):
+        for key in keys:
+            if key in a:
+                assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), (key, a[key], b[key])
+
+
+def _start(recipe, out, env, *sets):
+    cmd = [RLVR, "train", recipe, "--output-dir", out] + [arg for kv in sets for arg in ("--set", kv)]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _wait_rows(out, count, proc, deadline_s=600):
+    end = time.time() + deadline_s
+    while time.time() < end and proc.poll() is None:
+        if (out / "metrics.jsonl").exists() and len((out / "metrics.jsonl").read_text().splitlines()) >= count:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"no {count} rows: {proc.poll()} {proc.stderr.read()[-2000:] if proc.poll() is not None else ''}")
+
+
+def _server_pid(out) -> int:
+    """The sampler's API server: the process of this run whose parent is not of this run."""
+    pids = sampler_pids(out)
+    for pid in pids:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            if b"vllm.entrypoints.openai.api_server" in f.read():
+                return pid
+    raise AssertionError(f"no sampler among {pids}")
+
+
+@pytest.mark.parametrize("fault", ["kill", "hang"])
+def test_sampler_that_dies_or_hangs_stops_the_run_with_one_line(tmp_path, tiny_model, test_plugin, fault):
+    recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm", steps=50)
+    out = tmp_path / "run"
+    env["RLVR_TEST_RUN"] = str(out)
+    proc = _start(recipe, out, env, "sampling.mode=server", "sampling.server.timeout_s=15")
+    try:
+        _wait_rows(out, 1, proc)
+        server = _server_pid(out)
+        os.kill(server, signal.SIGKILL if fault == "kill" else signal.SIGSTOP)
+        t0 = time.time()
+        _, err = proc.communicate(timeout=180)
+        took = time.time() - t0
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for pid in sampler_pids(out):
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+    assert proc.returncode != 0
+    lines = [ln for ln in err.splitlines() if ln.startswith("rlvr: error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err[-3000:]
+    assert "sampler" in lines[0] and str(out / "sampler-0.log") in lines[0] or "sampling.server.timeout_s" in lines[0], lines[0]
+    if fault == "kill":
+        assert "exited with status -9" in lines[0], lines[0]
+    else:
+        assert "did not answer within 15 s" in lines[0] and 10 < took < 120, (took, lines[0])
+    time.sleep(1)
+    assert sampler_pids(out) == []  # nothing left behind: not the API server, not vLLM's engine
+
+
+def test_kill_9_of_the_trainer_takes_the_sampler_with_it_and_resume_goes_on(tmp_path, tiny_model, test_plugin):
+    recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm", steps=4)
+    out = tmp_path / "run"
+    env["RLVR_TEST_RUN"] = str(out)
+    proc = _start(recipe, out, env, "sampling.mode=server", "sampling.max_staleness=1")
+    _wait_rows(out, 2, proc)
+    os.killpg(proc.pid, signal.SIGKILL)  # the trainer's own group only: the sampler has its own session
+    proc.wait()
+    end = time.time() + 30
+    while sampler_pids(out) and time.time() < end:
+        time.sleep(0.2)
+    assert sampler_pids(out) == []
+    done = subprocess.run([RLVR, "train", recipe, "--output-dir", out, "--resume", "--set", "sampling.mode=server",
+                           "--set", "sampling.max_staleness=1"], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [r["step"] for r in rows(out)] == [0, 1, 2, 3]
+    assert all(r["staleness"] <= 1 for r in rows(out))

@@ -1,0 +1,439 @@
+"""Server mode's settings and process set-up, without starting vLLM: the recipe's
+``sampling.server``/``sampling.mode`` checks, the sampler's command line and environment
+(``rlvr.server.server_command``/``server_env``) and the line a failed sampler's log gives."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlvr import RlvrError
+from rlvr.recipe import load_recipe
+from rlvr.samplers import sampler_dtype
+from rlvr.server import _last_error, server_command, server_env
+from rlvr.weight_sync import BACKEND
+
+BASE = """
+name: t
+task: {name: arithmetic, options: {size: 10}}
+prompt: {template: "{{question}}"}
+rewards: {math: 1.0}
+sampling: {num_generations: 4}
+trainer: {rollout_batch_size: 16, micro_batch_size: 4}
+"""
+
+
+def write(tmp_path, text=BASE):
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    return path
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["sampling.mode=server", "sampling.backend=hf"], "sampling.mode: server needs sampling.backend: vllm"),
+        (["sampling.server.urls=[http://a:8000]", "sampling.server.devices=[0]"],
+         "sampling.server.urls names running samplers: drop sampling.server.devices and .port"),
+        (["sampling.server.urls=[http://a:8000]", "sampling.server.port=9000"],
+         "drop sampling.server.devices and .port"),
+        (["sampling.server.count=2", "sampling.server.devices=[0, 1, 2]"],
+         "sampling.server.devices (3) must split evenly over sampling.server.count (2) samplers"),
+        (["sampling.server.devices=[0, 0]"], "sampling.server.devices: distinct device (or core) numbers >= 0"),
+        (["sampling.server.devices=[-1]"], "sampling.server.devices: distinct device (or core) numbers >= 0"),
+        (["sampling.server.count=2", "sampling.server.devices=[1, -1]"], "distinct device (or core) numbers >= 0"),
+        (["sampling.server.urls=[localhost:8000]"], "'localhost:8000' is not a base address like http://host:8000"),
+        (["sampling.server.urls=[http://a:8000/v1]"], "'http://a:8000/v1' is not a base address"),
+        (["sampling.server.urls=[ftp://a:8000]"], "'ftp://a:8000' is not a base address"),
+        (["sampling.server.urls=['http://']"], "'http://' is not a base address"),
+        (["sampling.server.urls=[http://a:8000, 'http://b :8000']"], "'http://b :8000' is not a base address"),
+        (["sampling.server.cont=2"], "sampling.server.cont: unknown setting (did you mean 'count'?)"),
+        (["sampling.server.start_timeout=5"], "unknown setting (did you mean 'start_timeout_s'?)"),
+        (["sampling.sever.count=2"], "sampling.sever: unknown setting (did you mean 'server'?)"),
+        (["sampling.sync_bucket=8"], "did you mean 'sync_bucket_mb'?"),
+        (["sampling.mode=remote"], "sampling.mode"),
+        (["sampling.server.count=0"], "sampling.server.count"),
+        (["sampling.server.count=65"], "sampling.server.count"),
+        (["sampling.server.port=70000"], "sampling.server.port"),
+        (["sampling.server.timeout_s=0"], "sampling.server.timeout_s"),
+        (["sampling.server.start_timeout_s=-1"], "sampling.server.start_timeout_s"),
+        (["sampling.server.timeout_s=.inf"], "not a finite number"),
+        (["sampling.sync_bucket_mb=0"], "sampling.sync_bucket_mb"),
+        (["sampling.server.urls=http://a:8000"], "sampling.server.urls"),  # a string, not a list
+    ],
+)
+def test_bad_server_settings_are_refused_in_one_line(tmp_path, overrides, message):
+    with pytest.raises(RlvrError) as err:
+        load_recipe(write(tmp_path), overrides)
+    assert message in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_server_settings_from_the_recipe_file_are_checked_too(tmp_path):
+    text = BASE.replace("sampling: {num_generations: 4}",
+                        "sampling: {num_generations: 4, mode: server, server: {count: 2, devices: [0, 1, 2]}}")
+    with pytest.raises(RlvrError, match="must split evenly"):
+        load_recipe(write(tmp_path, text))
+    profile = BASE + "profiles: {far: {sampling: {server: {urls: [http://a:8000], port: 1}}}}\n"
+    with pytest.raises(RlvrError, match=r"\(profile 'far'\): recipe: sampling.server.urls names running samplers"):
+        load_recipe(write(tmp_path, profile), profile="far")
+
+
+@pytest.mark.parametrize(
+    "overrides, check",
+    [
+        ([], lambda s: s.mode == "colocate" and s.server.count == 1 and s.server.urls == [] and s.sync_bucket_mb == 64),
+        (["sampling.mode=server"], lambda s: s.mode == "server" and s.server.port == 0),
+        (["sampling.mode=server", "sampling.server.count=2", "sampling.server.devices=[3, 1, 2, 0]"],
+         lambda s: s.server.devices == [3, 1, 2, 0]),
+        (["sampling.mode=server", "sampling.server.count=4", "sampling.server.port=8000"],
+         lambda s: s.server.port == 8000),
+        (["sampling.mode=server", "sampling.server.urls=[http://10.0.0.2:8000, https://b.example:443]"],
+         lambda s: s.server.urls == ["http://10.0.0.2:8000", "https://b.example:443"]),
+        (["sampling.mode=server", "sampling.server.timeout_s=30", "sampling.server.start_timeout_s=1e3",
+          "sampling.sync_bucket_mb=512"],
+         lambda s: (s.server.timeout_s, s.server.start_timeout_s, s.sync_bucket_mb) == (30.0, 1000.0, 512)),
+        # the backend check is about server mode only: the HF sampler still colocates
+        (["sampling.backend=hf", "sampling.server.count=3"], lambda s: s.backend == "hf"),
+    ],
+)
+def test_good_server_settings_are_accepted(tmp_path, overrides, check):
+    assert check(load_recipe(write(tmp_path), overrides).sampling)
+
+
+# ---- the sampler process -------------------------------------------------------------------------
+
+def option(command: list[str], name: str) -> str:
+    assert command.count(name) == 1, (name, command)
+    return command[command.index(name) + 1]
+
+
+@pytest.mark.parametrize("on_cpu", [True, False], ids=["cpu", "gpu"])
+def test_server_command(on_cpu):
+    command = server_command("/models/m", port=8123, max_model_len=1536, dtype="float16", seed=7,
+                             gpu_memory_utilization=0.45, on_cpu=on_cpu, host="0.0.0.0")
+    assert command[:3] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    assert option(command, "--model") == "/models/m"
+    assert option(command, "--served-model-name") == "policy"  # the name ServerSampler asks for
+    assert (option(command, "--host"), option(command, "--port")) == ("0.0.0.0", "8123")
+    assert option(command, "--max-model-len") == "1536" and option(command, "--seed") == "7"
+    assert option(command, "--gpu-memory-utilization") == "0.45" and option(command, "--dtype") == "float16"
+    assert json.loads(option(command, "--weight-transfer-config")) == {"backend": BACKEND} == {"backend": "rlvr"}
+    assert option(command, "--logprobs-mode") == "processed_logprobs"
+    assert ("--enforce-eager" in command) is on_cpu
+    assert all(isinstance(part, str) for part in command)
+
+
+def test_server_command_defaults_to_loopback_and_resolves_auto_dtype():
+    gpu = server_command("m", port=1, max_model_len=8, dtype="auto", seed=0, gpu_memory_utilization=0.3, on_cpu=False)
+    assert option(gpu, "--host") == "127.0.0.1" and option(gpu, "--dtype") == "bfloat16"
+    cpu = server_command("m", port=1, max_model_len=8, dtype="auto", seed=0, gpu_memory_utilization=0.3, on_cpu=True)
+    assert option(cpu, "--dtype") == sampler_dtype("auto", True)  # bfloat16 only with bf16 instructions
+
+
+TRAINER_ENV = {"RANK": "3", "WORLD_SIZE": "8", "LOCAL_RANK": "3", "MASTER_ADDR": "10.0.0.1", "MASTER_PORT": "29500",
+               "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "CUDA_VISIBLE_DEVICES": "0,1,2,3", "RLVR_TEST_KEEP": "yes"}
+
+
+@pytest.fixture
+def trainer_env(monkeypatch):
+    for key, value in TRAINER_ENV.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("VLLM_CPU_OMP_THREADS_BIND", raising=False)
+
+
+@pytest.mark.parametrize("on_cpu", [True, False], ids=["cpu", "gpu"])
+def test_server_env_leaves_the_trainers_rendezvous_behind(trainer_env, on_cpu):
+    env = server_env(devices=[2, 3], on_cpu=on_cpu, cpu_kvcache_gib=5)
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "VLLM_ENABLE_V1_MULTIPROCESSING"):
+        assert key not in env, key
+        assert os.environ[key] == TRAINER_ENV[key]  # the trainer's own environment is untouched
+    assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "5"
+    assert env["RLVR_TEST_KEEP"] == "yes"
+    if on_cpu:  # devices are cores: the trainer's GPUs (if any) are not the sampler's business
+        assert env["VLLM_CPU_OMP_THREADS_BIND"] == "2,3" and env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
+    else:
+        assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and "VLLM_CPU_OMP_THREADS_BIND" not in env
+
+
+@pytest.mark.parametrize("devices", [None, []])
+def test_server_env_without_devices_inherits_them(trainer_env, devices):
+    for on_cpu in (True, False):
+        env = server_env(devices=devices, on_cpu=on_cpu, cpu_kvcache_gib=2)
+        assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and "VLLM_CPU_OMP_THREADS_BIND" not in env
+        assert env["VLLM_SERVER_DEV_MODE"] == "1"
+
+
+# ---- the one line a dead sampler's log gives ------------------------------------------------------
+
+def test_last_error_is_the_last_error_line_of_the_log(tmp_path):
+    log = tmp_path / "sampler-0.log"
+    log.write_text("INFO starting\nValueError: an early one\nINFO loading\n"
+                   "  RuntimeError: Engine core initialization failed  \nINFO shutting down\n\n")
+    assert _last_error(log) == ": RuntimeError: Engine core initialization failed"
+
+
+def test_last_error_without_an_error_line_is_the_last_line(tmp_path):
+    log = tmp_path / "sampler-0.log"
+    log.write_text("INFO starting\nKilled\n\n   \n")
+    assert _last_error(log) == ": Killed"
+
+
+def test_last_error_reads_only_the_tail_and_keeps_lines_short(tmp_path):
+    log = tmp_path / "sampler-0.log"
+    log.write_text("OSError: long ago\n" + "INFO filler\n" * 1000 + "TypeError: " + "x" * 1000 + "\nINFO bye\n")
+    line = _last_error(log)
+    assert line.startswith(": TypeError: xxx") and len(line) == 2 + 300
+
+
+@pytest.mark.parametrize("content", [None, "", "\n \n"], ids=["missing", "empty", "blank"])
+def test_last_error_of_no_log_is_nothing(tmp_path, content):
+    log = tmp_path / "sampler-0.log"
+    if content is not None:
+        log.write_text(content)
+    assert _last_error(log) == ""
+
+
+# ---- `rlvr sampler`: one sampler started by hand (--print-command; vLLM never starts here) -------------
+
+SAMPLER_RECIPE = """
+name: far
+task: {name: arithmetic, options: {size: 8}}
+prompt: {template: "{{question}}", system: "Reply with only the number."}
+rewards: {math: 1.0}
+model: {name: MODEL}
+sampling: {num_generations: 4, max_tokens: 48, cpu_kvcache_gib: 3, gpu_memory_utilization: 0.4, dtype: float32}
+trainer: {rollout_batch_size: 16, micro_batch_size: 4, seed: 11}
+eval: {task: {name: arithmetic, options: {size: 4, terms: 6}}, max_tokens: 100}
+profiles: {wide: {sampling: {max_tokens: 64}}}
+"""
+
+
+@pytest.fixture(scope="module")
+def served_model(smollm_path, tmp_path_factory):
+    """A model folder as far as a sampler's command needs one: SmolLM2's tokenizer and a config
+    with a 1024-token context (no weights: vLLM never starts here; conftest's tiny_model takes
+    seconds to build)."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("served-model")
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (Path(smollm_path) / name).exists():
+            shutil.copy(Path(smollm_path) / name, folder / name)
+    config = json.loads((Path(smollm_path) / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 1024}))
+    return folder
+
+
+@pytest.fixture
+def sampler_recipe(tmp_path, served_model, monkeypatch):
+    for key in ("VLLM_SERVER_DEV_MODE", "VLLM_CPU_KVCACHE_SPACE"):
+        monkeypatch.delenv(key, raising=False)
+    path = tmp_path / "far.yaml"
+    path.write_text(SAMPLER_RECIPE.replace("MODEL", json.dumps(str(served_model))))
+    return path
+
+
+def rlvr(*args):
+    from click.testing import CliRunner
+
+    from rlvr.cli import cli
+
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+@functools.cache
+def tokenizer(folder: str):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(folder)
+
+
+def longest_prompt(recipe_path, split: str) -> int:
+    """The longest rendered prompt of a split, measured here from the rows themselves."""
+    from rlvr.plugins import load_registry
+    from rlvr.prompts import render_prompt
+    from rlvr.recipe import load_rows
+
+    recipe = load_recipe(recipe_path)
+    ref, name, prompt = ((recipe.task, "train", recipe.prompt) if split == "train"
+                         else (recipe.eval_task, "test", recipe.eval_prompt))
+    rows = load_rows(load_registry(), ref, name)
+    return max(len(render_prompt(tokenizer(recipe.model.name), prompt, row)) for row in rows)
+
+
+def printed(result) -> tuple[list[str], list[str], dict[str, str], list[str]]:
+    """(the printed line's parts, names it unsets, values it sets, the command)."""
+    import shlex
+
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    assert len(result.stdout.strip().splitlines()) == 1, result.stdout
+    parts = shlex.split(result.stdout)
+    assert parts[0] == "env"
+    unset, assigned, i = [], {}, 1
+    while parts[i] == "-u":
+        unset.append(parts[i + 1])
+        i += 2
+    while "=" in parts[i] and parts[i] != sys.executable:
+        name, _, value = parts[i].partition("=")
+        assigned[name] = value
+        i += 1
+    return parts, unset, assigned, parts[i:]
+
+
+def expected_command(served_model, *, context: int, port: int = 8000, host: str = "0.0.0.0") -> list[str]:
+    import torch
+
+    return server_command(str(served_model), port=port, max_model_len=context, dtype="float32", seed=11,
+                          gpu_memory_utilization=0.4, on_cpu=not torch.cuda.is_available(), host=host)
+
+
+def test_sampler_prints_the_command_training_would_run(sampler_recipe, served_model, monkeypatch):
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("MASTER_PORT", "29500")
+    parts, unset, assigned, command = printed(rlvr("sampler", sampler_recipe, "--print-command"))
+    train_longest = longest_prompt(sampler_recipe, "train")
+    # no evaluation in this run: only the train prompts and sampling.max_tokens size the context
+    assert command == expected_command(served_model, context=train_longest + 48)
+    assert assigned == {"VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "3"}
+    assert {"RANK", "MASTER_PORT"} <= set(unset) and "PATH" not in unset
+
+
+def test_sampler_sizes_the_context_from_the_eval_prompts_when_the_run_evaluates(sampler_recipe, served_model):
+    train_longest, eval_longest = longest_prompt(sampler_recipe, "train"), longest_prompt(sampler_recipe, "eval")
+    assert eval_longest > train_longest  # six terms against two
+    result = rlvr("sampler", sampler_recipe, "--print-command", "--set", "trainer.eval_at_end=true",
+                  "--port", "8100", "--host", "10.1.2.3")
+    command = printed(result)[3]
+    assert command == expected_command(served_model, context=eval_longest + 100, port=8100, host="10.1.2.3")
+    # a profile, --set and the recipe's sampling.server.port count as they do for train
+    result = rlvr("sampler", sampler_recipe, "--print-command", "--profile", "wide",
+                  "--set", "sampling.server.port=9100")
+    assert printed(result)[3] == expected_command(served_model, context=train_longest + 64, port=9100)
+
+
+def test_sampler_serves_the_model_named_by_model(sampler_recipe, served_model, tmp_path):
+    import shutil
+
+    other = tmp_path / "other model"  # a space: the printed line quotes it
+    shutil.copytree(served_model, other)
+    result = rlvr("sampler", sampler_recipe, "--print-command", "--model", other)
+    command = printed(result)[3]
+    assert option(command, "--model") == str(other)
+    assert f"'{other}'" in result.stdout
+
+
+def test_the_printed_line_runs_in_a_shell_with_the_sampler_environment(sampler_recipe, monkeypatch):
+    import shlex
+    import subprocess
+
+    monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("RLVR_TEST_KEEP", "yes")
+    result = rlvr("sampler", sampler_recipe, "--print-command")
+    command = printed(result)[3]
+    line = result.stdout.strip()
+    assert line.endswith(shlex.join(command))
+    probe = shlex.join([sys.executable, "-c", "import json, os; print(json.dumps(dict(os.environ)))"])
+    ran = subprocess.run(["bash", "-c", line[: -len(shlex.join(command))] + probe], capture_output=True, text=True,
+                         check=True)
+    env = json.loads(ran.stdout)
+    assert "RANK" not in env and env["RLVR_TEST_KEEP"] == "yes"
+    assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "3"
+
+
+def test_sampler_without_print_command_becomes_the_server(sampler_recipe, served_model, monkeypatch):
+    import socket
+
+    monkeypatch.setenv("RANK", "2")
+    execed = []
+
+    def fake_execve(path, args, env):
+        execed.append((path, list(args), dict(env)))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(os, "execve", fake_execve)
+    shown = printed(rlvr("sampler", sampler_recipe, "--print-command"))[3]
+    result = rlvr("sampler", sampler_recipe)
+    assert result.exit_code == 0 and result.stdout == "", (result.stdout, result.stderr)
+    [(path, args, env)] = execed
+    assert path == sys.executable and args == shown
+    assert env["VLLM_SERVER_DEV_MODE"] == "1" and "RANK" not in env and env["PATH"] == os.environ["PATH"]
+    assert "RLVR_SAMPLER_DIES_WITH_PARENT" not in env  # a trainer's samplers die with it; this one has no trainer
+    assert f"sampling.server.urls as http://{socket.gethostname()}:8000" in result.stderr
+
+
+def one_line_error(result, message: str) -> None:
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    assert result.stderr.startswith("rlvr: error: ") and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert message in result.stderr, result.stderr
+
+
+def test_sampler_that_cannot_start_is_one_line(sampler_recipe, monkeypatch):
+    import importlib.util
+
+    def missing(path, args, env):
+        raise FileNotFoundError(2, "No such file or directory")
+
+    monkeypatch.setattr(os, "execve", missing)
+    result = rlvr("sampler", sampler_recipe)
+    assert result.exit_code == 2 and not result.stdout
+    note, error = result.stderr.strip().splitlines()  # the address it was to serve at, then what went wrong
+    assert note.startswith("rlvr: sampler for far on port 8000")
+    assert error == f"rlvr: error: cannot start the sampler ({sys.executable}): No such file or directory"
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "vllm" else real(name, *a))
+    one_line_error(rlvr("sampler", sampler_recipe), "rlvr sampler needs vLLM")
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--port", "0"], "--port"),
+        (["--port", "65536"], "--port"),
+        (["--port", "eighty"], "'eighty' is not a valid integer"),
+        (["--host", " "], "--host: give an address"),
+        (["--set", "sampling.backend=hf"], "a sampler runs vLLM, but the recipe's sampling.backend is 'hf'"),
+        (["--set", "sampling.max_tokens=2000"], "over the model's 1024"),
+        (["--set", "sampling.server.devices=[0, 0]"], "distinct device (or core) numbers"),
+        (["--set", "sampling.server.cont=2"], "did you mean 'count'?"),
+        (["--profile", "narrow"], "no profile 'narrow'"),
+        (["--model", "./no-such-model"], "no model folder at './no-such-model'"),
+        (["--set", "rewards.mathh=1"], "unknown reward 'mathh'"),
+    ],
+)
+def test_sampler_bad_input_is_one_line(sampler_recipe, args, message):
+    one_line_error(rlvr("sampler", sampler_recipe, "--print-command", *args), message)
+
+
+def test_sampler_missing_recipe_is_one_line(tmp_path):
+    one_line_error(rlvr("sampler", tmp_path / "nope.yaml", "--print-command"), "recipe not found")
+
+
+def test_sampler_help_does_not_import_torch():
+    import subprocess
+
+    code = ("import sys\nfrom rlvr.cli import cli\ntry:\n    cli(['sampler', '--help'], standalone_mode=False)\n"
+            "except SystemExit:\n    pass\nassert 'torch' not in sys.modules and 'transformers' not in sys.modules\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "--print-command" in out.stdout
+
+
+
+@pytest.mark.parametrize("urls, ok", [
+    ("[http://a:8000, 'http://a:8000/']", False),  # the same sampler twice
+    ("[http://a:notaport]", False), ("[http://a:99999]", False),
+    ("[http://a:8000/]", True), ("[https://sampler.example:443]", True),
+])
+def test_server_urls_are_distinct_base_addresses(tmp_path, urls, ok):
+    overrides = ["sampling.mode=server", f"sampling.server.urls={urls}"]
+    if ok:
+        assert load_recipe(write(tmp_path), overrides).sampling.server.urls
+    else:
+        with pytest.raises(RlvrError, match="sampling.server.urls"):
+            load_recipe(write(tmp_path), overrides)

@@ -1,0 +1,276 @@
+"""rlvr.weight_sync without vLLM: packing tensors into flat buckets, the gloo group between
+processes, and ``Broadcaster`` end to end against fake samplers whose workers are threads that
+receive the way ``RlvrWeightTransferEngine.receive_weights`` does."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlvr.weight_sync import (
+    ALIGN,
+    Broadcaster,
+    TensorMeta,
+    broadcast,
+    bucket_size,
+    buckets,
+    free_port,
+    open_group,
+    pack,
+    unpack,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU = torch.device("cpu")
+
+
+def as_bytes(t: torch.Tensor) -> torch.Tensor:
+    """A tensor's bytes (bit-exact comparison: NaN payloads and -0.0 included)."""
+    return t.detach().contiguous().reshape(-1).view(torch.uint8)
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(as_bytes(a), as_bytes(b))
+
+
+def mixed_weights(seed: int = 0) -> list[tuple[str, torch.Tensor]]:
+    """Every dtype a model ships, odd byte sizes (none a multiple of ALIGN), a 0-d scalar, an
+    empty tensor, values float comparison would miss (NaN, -0.0, inf), and non-contiguous views."""
+    g = torch.Generator().manual_seed(seed)
+    special = torch.tensor([float("nan"), -0.0, float("inf"), -float("inf"), 1e-40])
+    wide = torch.randn(6, 5, generator=g)
+    return [
+        ("f32", torch.randn(3, 7, generator=g)),
+        ("special", special),
+        ("bf16", torch.randn(5, 3, generator=g).to(torch.bfloat16)),
+        ("f16.scalar", torch.tensor(-2.5, dtype=torch.float16)),
+        ("i64", torch.randint(-(2**62), 2**62, (3, 1, 2), generator=g, dtype=torch.int64)),
+        ("empty", torch.empty(0, 4)),
+        ("transposed", wide.t()),  # strides (1, 5)
+        ("strided", torch.randn(11, generator=g).to(torch.bfloat16)[::3]),  # stride 3
+        ("expanded", torch.randn(1, 3, generator=g).to(torch.float16).expand(4, 3)),  # stride 0
+        ("f32.scalar", torch.tensor(3.25)),
+    ]
+
+
+# ---- pack / unpack --------------------------------------------------------------------------------
+
+def test_pack_unpack_round_trip_is_bit_exact_for_every_dtype_and_shape():
+    weights = mixed_weights()
+    assert not weights[6][1].is_contiguous() and not weights[7][1].is_contiguous()
+    buffer, metas = pack(weights)
+    assert buffer.dtype == torch.uint8 and buffer.dim() == 1
+    assert [m.name for m in metas] == [n for n, _ in weights]
+    assert [m.shape for m in metas] == [tuple(t.shape) for _, t in weights]
+    assert metas[2].dtype == "bfloat16" and metas[3].dtype == "float16" and metas[4].dtype == "int64"
+    out = unpack(buffer, metas)
+    assert [n for n, _ in out] == [n for n, _ in weights]
+    for (name, original), (_, view) in zip(weights, out):
+        assert same_bits(original, view), name
+
+
+def test_unpack_gives_views_at_aligned_offsets_and_the_buffer_is_as_small_as_alignment_allows():
+    weights = mixed_weights()
+    buffer, metas = pack(weights)
+    expected = sum(-(-t.numel() * t.element_size() // ALIGN) * ALIGN for _, t in weights)
+    assert buffer.numel() == bucket_size(metas) == expected
+    offsets = []
+    for (name, view), meta in zip(unpack(buffer, metas), metas):
+        assert view.untyped_storage().data_ptr() == buffer.untyped_storage().data_ptr(), name  # a view, no copy
+        offsets.append(view.storage_offset() * view.element_size())  # bytes into the buffer
+        assert offsets[-1] % ALIGN == 0, (name, offsets[-1])
+        assert view.numel() * view.element_size() == meta.nbytes
+    assert offsets == sorted(offsets)
+    first = unpack(buffer, metas)[0][1]
+    buffer[:4] = torch.tensor([1, 2, 3, 4], dtype=torch.uint8)
+    assert as_bytes(first)[:4].tolist() == [1, 2, 3, 4]  # writes to the buffer show through
+
+
+def test_tensor_meta_nbytes():
+    assert TensorMeta("a", "bfloat16", (3, 5)).nbytes == 30
+    assert TensorMeta("b", "int64", ()).nbytes == 8
+    assert TensorMeta("c", "float32", (0, 9)).nbytes == 0
+
+
+# ---- buckets --------------------------------------------------------------------------------------
+
+def f32(n: int) -> torch.Tensor:
+    return torch.zeros(n)
+
+
+def test_buckets_stay_within_the_limit_keep_order_and_send_an_oversized_tensor_alone():
+    sizes = [16, 16, 16, 1000, 16, 3, 16, 16, 200]  # float32: 64 bytes each for 16; 3 -> 12 bytes, counted 64
+    weights = [(f"w{i}", f32(n)) for i, n in enumerate(sizes)]
+    parts = list(buckets(iter(weights), bucket_bytes=192))
+    names = [[n for n, _ in p] for p in parts]
+    assert [n for p in names for n in p] == [n for n, _ in weights]  # order kept, nothing lost
+    assert names == [["w0", "w1", "w2"], ["w3"], ["w4", "w5", "w6"], ["w7"], ["w8"]]
+    for p in parts:
+        size = bucket_size(pack(p)[1])
+        assert size <= 192 or len(p) == 1, (p, size)
+
+
+def test_buckets_count_alignment_padding():
+    one_byte = [(f"b{i}", torch.zeros(1, dtype=torch.uint8)) for i in range(5)]
+    assert [len(p) for p in buckets(one_byte, bucket_bytes=2 * ALIGN)] == [2, 2, 1]
+    assert [len(p) for p in buckets(one_byte, bucket_bytes=1)] == [1] * 5
+    assert list(buckets([], bucket_bytes=64)) == []
+
+
+def test_buckets_read_the_weights_lazily():
+    """Under ZeRO-3 the weights are gathered as they are read: a bucket must go before the rest is read."""
+    read = []
+
+    def weights():
+        for i in range(10):
+            read.append(i)
+            yield f"w{i}", f32(16)
+
+    first = next(buckets(weights(), bucket_bytes=128))
+    assert len(first) == 2 and len(read) == 3
+
+
+# ---- a real broadcast between two processes -------------------------------------------------------
+
+RECEIVER = textwrap.dedent("""
+    import json, sys, torch
+    from rlvr.weight_sync import TensorMeta, broadcast, bucket_size, open_group, unpack
+
+    port, spec, out = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+    group, store = open_group("127.0.0.1", port, 1, 2, 20.0, torch.device("cpu"))
+    received = {}
+    for bucket in spec:
+        metas = [TensorMeta(n, d, tuple(s)) for n, d, s in bucket]
+        buffer = torch.empty(bucket_size(metas), dtype=torch.uint8)
+        broadcast(group, buffer)
+        received.update({n: t.clone() for n, t in unpack(buffer, metas)})
+    torch.save(received, out)
+""")
+
+
+def test_two_processes_receive_every_bucket_bit_exact(tmp_path):
+    weights = mixed_weights(seed=1)
+    packed = [pack(p) for p in buckets(weights, bucket_bytes=256)]
+    assert len(packed) > 2
+    spec = [[[m.name, m.dtype, list(m.shape)] for m in metas] for _, metas in packed]
+    port = free_port()
+    child = subprocess.Popen([sys.executable, "-c", RECEIVER, str(port), json.dumps(spec), str(tmp_path / "got.pt")],
+                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        group, _store = open_group("127.0.0.1", port, 0, 2, 20.0, CPU)
+        for buffer, _ in packed:
+            broadcast(group, buffer)
+        output, _ = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    assert child.returncode == 0, output[-2000:]
+    received = torch.load(tmp_path / "got.pt")
+    assert list(received) == [n for n, _ in weights]
+    for name, original in weights:
+        assert same_bits(original, received[name]), name
+
+
+# ---- Broadcaster end to end -----------------------------------------------------------------------
+
+class ThreadSampler:
+    """A ``SyncClient`` whose ``workers`` receiving ranks are threads of this process; each does
+    what ``RlvrWeightTransferEngine`` does in a vLLM worker (join at its rank offset, receive one
+    bucket per ``update_weights``, load its views)."""
+
+    def __init__(self, workers: int, log: list, lock: threading.Lock, *, join: bool = True, receive: bool = True):
+        self.workers, self.log, self.lock, self.join, self.receive = workers, log, lock, join, receive
+        self.init_info: dict | None = None
+        self.groups: list = []
+        self.loaded: list[dict[str, torch.Tensor]] = [{} for _ in range(workers)]
+
+    def _note(self, entry) -> None:
+        with self.lock:
+            self.log.append((id(self), entry))
+
+    def init_weight_transfer_engine(self, init_info):
+        self._note("init")
+        self.init_info = json.loads(json.dumps(init_info))  # as it reaches a server: JSON
+        if not self.join:
+            return
+        i = init_info
+
+        def join(k):
+            return open_group(i["master_address"], i["master_port"], i["rank_offset"] + k, i["world_size"],
+                              i["timeout_s"], CPU)
+
+        with ThreadPoolExecutor(self.workers) as pool:
+            self.groups = list(pool.map(join, range(self.workers)))
+
+    def start_weight_update(self):
+        self._note("start")
+
+    def update_weights(self, update_info):
+        update_info = json.loads(json.dumps(update_info))  # as it reaches a server: JSON
+        self._note(("update", tuple(update_info["names"])))
+        if not self.receive:
+            return
+        metas = [TensorMeta(n, d, tuple(s)) for n, d, s in
+                 zip(update_info["names"], update_info["dtype_names"], update_info["shapes"])]
+
+        def receive(k):
+            buffer = torch.empty(bucket_size(metas), dtype=torch.uint8)
+            broadcast(self.groups[k][0], buffer)
+            self.loaded[k].update({n: t.clone() for n, t in unpack(buffer, metas)})
+
+        with ThreadPoolExecutor(self.workers) as pool:
+            list(pool.map(receive, range(self.workers)))
+
+    def finish_weight_update(self, weight_version=None):
+        self._note(("finish", weight_version))
+
+
+def test_broadcaster_sends_every_bucket_to_every_worker_of_every_sampler():
+    log, lock = [], threading.Lock()
+    samplers = [ThreadSampler(1, log, lock), ThreadSampler(2, log, lock)]
+    sender = Broadcaster(samplers, [1, 2], bucket_bytes=256, timeout_s=20.0)
+    for step in (1, 2):
+        weights = mixed_weights(seed=step)
+        expected = list(buckets(weights, 256))
+        log.clear()
+        figures = sender.send(w for w in weights)  # a generator, as hf_state_for_sync gives
+        assert figures == {"sync_bytes": float(sum(bucket_size(pack(p)[1]) for p in expected)),
+                           "sync_buckets": float(len(expected))}
+        assert sender.version == step
+        for s in samplers:
+            mine = [entry for who, entry in log if who == id(s)]
+            updates = [("update", tuple(n for n, _ in p)) for p in expected]
+            assert mine == (["init"] if step == 1 else []) + ["start", *updates, ("finish", str(step))]
+            for loaded in s.loaded:
+                assert list(loaded) == [n for n, _ in weights]
+                for name, original in weights:
+                    assert same_bits(original, loaded[name]), (step, name)
+        kinds = [e if isinstance(e, str) else e[0] for _, e in log]
+        at = {k: [i for i, seen in enumerate(kinds) if seen == k] for k in ("start", "update", "finish")}
+        # every sampler starts before any bucket goes, and finishes after the last one
+        assert max(at["start"]) < min(at["update"]) and max(at["update"]) < min(at["finish"])
+    infos = [s.init_info for s in samplers]
+    assert [i["rank_offset"] for i in infos] == [1, 2] and {i["world_size"] for i in infos} == {4}
+    assert infos[0]["master_port"] == infos[1]["master_port"] and infos[0]["timeout_s"] == 20.0
+
+
+@pytest.mark.parametrize("join, receive", [(False, False), (True, False)], ids=["never-joins", "never-receives"])
+def test_a_sampler_that_does_not_take_part_fails_the_send_at_the_deadline(join, receive):
+    timeout_s = 2.0
+    sampler = ThreadSampler(1, [], threading.Lock(), join=join, receive=receive)
+    sender = Broadcaster([sampler], [1], bucket_bytes=1 << 20, timeout_s=timeout_s)
+    start = time.monotonic()
+    with pytest.raises(RuntimeError) as err:
+        sender.send(mixed_weights())
+    elapsed = time.monotonic() - start
+    assert timeout_s * 0.9 <= elapsed < timeout_s + 5, elapsed
+    assert "time" in str(err.value).lower(), str(err.value)  # "wait timeout" (store) / "Timed out" (gloo)
+    assert sender.version == 0
