@@ -6,13 +6,16 @@ Run it with::
     deepspeed --no_local_rank --module --num_gpus 8 rlvr.cli train tasks/gsm8k.yaml   # 8 GPUs
     deepspeed --no_local_rank --module --hostfile hosts rlvr.cli train tasks/math.yaml # several nodes
     DS_ACCELERATOR=cpu torchrun --nproc_per_node 2 -m rlvr.cli train tasks/demo.yaml  # 2 CPU ranks
+    rlvr train tasks/demo.yaml --set sampling.mode=server --set sampling.max_staleness=1  # sampler apart, ahead
 
 The parts, one job each: ``rlvr.rollout`` samples and scores this rank's prompts (groups never
 straddle ranks), ``rlvr.learner`` turns a rollout into one policy update (leave-one-out
 advantages inside each group; DeepSpeed averages gradients over ranks), ``rlvr.policy``
 builds the model and DeepSpeed, ``rlvr.samplers`` holds vLLM or transformers sampling and
 receives the new weights after every step, ``rlvr.metrics`` reduces named sums over ranks,
-``rlvr.checkpoint`` saves and resumes, ``rlvr.logs`` decides what the terminal shows.
+``rlvr.checkpoint`` saves and resumes, ``rlvr.logs`` decides what the terminal shows;
+``rlvr.server`` runs the sampler in processes of its own (``sampling.mode: server``) and
+``rlvr.rollout.Pipeline`` lets it run ahead (``sampling.max_staleness``).
 
 Departures from the RLOO paper (Ahmadian et al. 2024): the baseline excludes unscorable
 samples; PPO-style clipping, KL control and length shaping are options.

@@ -4,6 +4,7 @@ rlvr.weight_sync). Tiny random-init model on CPU."""
 import os
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
@@ -15,7 +16,8 @@ pytestmark = pytest.mark.slow  # every test here starts vLLM
 
 
 def sampler_pids(out_dir) -> list[int]:
-    """Processes whose command line names this run's sampler (vLLM's server and its children)."""
+    """Processes of this run's sampler (vLLM's server and its children): those whose environment
+    carries the test's RLVR_TEST_RUN marker, other than the trainer (gone by then)."""
     found = []
     for pid in os.listdir("/proc"):
         if not pid.isdigit():
@@ -133,3 +135,23 @@ def test_kill_9_of_the_trainer_takes_the_sampler_with_it_and_resume_goes_on(tmp_
     assert done.returncode == 0, done.stderr[-3000:]
     assert [r["step"] for r in rows(out)] == [0, 1, 2, 3]
     assert all(r["staleness"] <= 1 for r in rows(out))
+
+
+def test_two_ranks_share_one_sampler(tmp_path, tiny_model, test_plugin):
+    """Two trainer ranks (gloo, ZeRO-3: the weights are gathered a bucket at a time on both
+    ranks) send their prompts to the one sampler rank 0 started; rank 0 broadcasts the weights,
+    the sampler is paused while they change, and both ranks' samples come from the new ones."""
+    recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm", zero=3)
+    out = tmp_path / "run"
+    env = {**env, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "RLVR_TEST_RUN": str(out)}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29517",
+           "-m", "rlvr.cli", "train", str(recipe), "--output-dir", str(out), "--set", "sampling.mode=server",
+           "--set", "sampling.sync_bucket_mb=1"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = rows(out)
+    assert [r["step"] for r in metrics] == [0, 1]
+    for r in metrics:  # both ranks' samples (reduced over ranks) come from the trainer's weights
+        assert r["is_weight_mean"] == pytest.approx(1.0, abs=2e-3) and r["mismatch_k3"] < 1e-4, r
+    assert list(out.glob("sampler-*.log")) == [out / "sampler-0.log"]
+    assert sampler_pids(out) == []

@@ -1,0 +1,178 @@
+"""Weight sync, trainer -> vLLM, against model size: collective broadcast vs safetensors files.
+
+How each way moves the trainer's full weights into a vLLM engine on this machine (CPU, fp32):
+
+- ``files (anchor)``: the way rlvr reached an engine in another process before, and the way
+  many RL stacks still do: write a safetensors folder to ``/dev/shm``, have vLLM's workers
+  ``reload_weights`` from it (a full copy through the filesystem every step);
+- ``broadcast, child``: ``sampling.mode: colocate`` with several ranks: the rank's engine in a
+  child process, weights by gloo broadcast in ``sampling.sync_bucket_mb`` buckets through
+  vLLM's weight-transfer routes (``rlvr.weight_sync``);
+- ``broadcast, server``: ``sampling.mode: server``: the same broadcast into vLLM's OpenAI server
+  process, its control plane over HTTP;
+- ``in-process``: one rank, the engine inside the trainer's process: tensors handed over.
+
+Models: SmolLM2-135M-Instruct (the demo's) and a random-init model shaped like
+Qwen2.5-1.5B (28 layers, hidden 1536, vocabulary 151936, tied embeddings). Each figure is the
+median of ``--repeats`` syncs after a first, untimed one, each way in its own process; after
+the syncs of the SmolLM2 rows the sampler's greedy output must equal the trainer's (a wrong
+sync fails the benchmark). Run from the repository root:
+
+    .venv/bin/python benchmarks/bench_sync.py                     # both models, ~10 min
+    .venv/bin/python benchmarks/bench_sync.py --models smollm2    # ~3 min
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+WAYS = ["files", "broadcast-child", "broadcast-server", "in-process"]
+LABELS = {"files": "files (anchor)", "broadcast-child": "broadcast, child", "broadcast-server": "broadcast, server",
+          "in-process": "in-process"}
+QWEN_15B = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
+                num_key_value_heads=2, vocab_size=151936, max_position_embeddings=4096, tie_word_embeddings=True)
+
+
+def make_models(names: list[str], work: Path) -> dict[str, str]:
+    from rlvr.models import resolve_model
+
+    paths = {}
+    if "smollm2" in names:
+        paths["smollm2"] = str(resolve_model("smollm2-135m-instruct"))
+    if "qwen1.5b" in names:
+        import torch
+        from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+        folder = work / "qwen2.5-1.5b-shape"
+        torch.manual_seed(0)
+        Qwen2ForCausalLM(Qwen2Config(**QWEN_15B)).save_pretrained(folder)
+        AutoTokenizer.from_pretrained(resolve_model("smollm2-135m-instruct")).save_pretrained(folder)
+        paths["qwen1.5b"] = str(folder)
+    return paths
+
+
+def worker(model_path: str, way: str, bucket_mb: int, repeats: int, check: bool) -> dict:
+    """One way, one model, in this process: time ``repeats`` syncs after a warm-up one."""
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rlvr.samplers import VLLMSampler, _repack_cpu_lm_heads, hf_state_for_sync
+
+    model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32)
+    nbytes = sum(p.numel() * p.element_size() for _, p in hf_state_for_sync(model, zero3=False))
+    proc = None
+    if way == "broadcast-server":
+        from rlvr.server import SamplerProcess, ServerSampler, server_command, server_env
+        from rlvr.weight_sync import free_port
+
+        port = free_port()
+        proc = SamplerProcess(server_command(model_path, port=port, max_model_len=256, dtype="float32", seed=0,
+                                             gpu_memory_utilization=0.1, on_cpu=True),
+                              server_env(devices=None, on_cpu=True, cpu_kvcache_gib=1),
+                              Path(tempfile.gettempdir()) / f"bench-sync-{port}.log", port)
+        proc.wait_ready(900)
+        sampler = ServerSampler([proc.url], rank=0, world=1, timeout_s=900, bucket_bytes=bucket_mb << 20,
+                                processes=[proc])
+    else:
+        sampler = VLLMSampler(model_path, max_model_len=256, seed=0, gpu_memory_utilization=0.1, cpu_kvcache_gib=1,
+                              in_process=way == "in-process", on_cpu=True, dtype="float32",
+                              bucket_bytes=bucket_mb << 20)
+
+    def via_files():
+        from safetensors.torch import save_file
+
+        folder = tempfile.mkdtemp(prefix="rlvr-bench-sync-", dir="/dev/shm")
+        try:
+            save_file({k: v.contiguous() for k, v in hf_state_for_sync(model, zero3=False)},
+                      os.path.join(folder, "model.safetensors"))
+            sampler.llm.collective_rpc("reload_weights", kwargs={"weights_path": folder})
+            sampler.llm.collective_rpc(_repack_cpu_lm_heads)
+            sampler.llm.reset_prefix_cache()
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+
+    sync = via_files if way == "files" else lambda: sampler.load_weights(hf_state_for_sync(model, zero3=False))
+    times = []
+    try:
+        with torch.no_grad():
+            for i in range(repeats + 1):
+                for p in model.parameters():  # new weights every time, as after an optimizer step
+                    p.add_(torch.randn_like(p), alpha=1e-3)
+                start = time.perf_counter()
+                sync()
+                if i:
+                    times.append(time.perf_counter() - start)
+            same = None
+            if check:
+                prompt = [[1, 2, 3, 4, 5]]
+                ours = model.generate(torch.tensor(prompt), max_new_tokens=8, do_sample=False)[0, 5:].tolist()
+                theirs = sampler.generate(prompt, n=1, temperature=0.0, top_p=1.0, max_tokens=8)[0][0].token_ids
+                same = ours == list(theirs)
+    finally:
+        sampler.close()
+    return {"median_s": statistics.median(times), "times": times, "bytes": nbytes, "greedy_equal": same}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--models", nargs="+", default=["smollm2", "qwen1.5b"], choices=["smollm2", "qwen1.5b"])
+    p.add_argument("--ways", nargs="+", default=WAYS, choices=WAYS)
+    p.add_argument("--bucket-mb", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "sync.json")
+    p.add_argument("--_worker", nargs=2, default=None, help=argparse.SUPPRESS)
+    a = p.parse_args()
+    if a._worker:
+        model_path, way = a._worker
+        print("RESULT " + json.dumps(worker(model_path, way, a.bucket_mb, a.repeats, "qwen" not in model_path)))
+        return 0
+    work = Path(tempfile.mkdtemp(prefix="rlvr-bench-sync-"))
+    results: dict[str, dict[str, dict]] = {}
+    try:
+        for name, path in make_models(a.models, work).items():
+            for way in a.ways:
+                print(f"{name}: {way} ...", end=" ", flush=True)
+                cmd = [sys.executable, __file__, "--_worker", path, way, "--bucket-mb", str(a.bucket_mb),
+                       "--repeats", str(a.repeats)]
+                done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
+                line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
+                if done.returncode or line is None:
+                    print("FAILED\n" + done.stderr[-3000:])
+                    return 1
+                results.setdefault(name, {})[way] = r = json.loads(line[len("RESULT "):])
+                print(f"{r['median_s']:.2f} s")
+                if r["greedy_equal"] is False:
+                    print(f"{name} {way}: the sampler's greedy output differs from the trainer's after the sync")
+                    return 1
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"\nweight sync, CPU fp32, bucket {a.bucket_mb} MiB, median of {a.repeats} (2 cores, {os.cpu_count()} CPUs seen)")
+    head = f"{'model':<9} {'GB':>5} " + " ".join(f"{LABELS[w]:>18}" for w in a.ways)
+    print(head + "\n" + "-" * len(head))
+    for name, by_way in results.items():
+        gb = next(iter(by_way.values()))["bytes"] / 1e9
+        cells = []
+        for w in a.ways:
+            r = by_way[w]
+            ratio = f" ({r['median_s'] / by_way['files']['median_s']:.2f}x)" if "files" in by_way else ""
+            cells.append(f"{r['median_s']:7.2f} s{ratio:>9}")
+        print(f"{name:<9} {gb:5.2f} " + " ".join(f"{c:>18}" for c in cells))
+    print("(x): time relative to the files anchor; lower is faster")
+    a.out.parent.mkdir(parents=True, exist_ok=True)
+    a.out.write_text(json.dumps({"bucket_mb": a.bucket_mb, "repeats": a.repeats, "results": results}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
