@@ -1,6 +1,6 @@
 """rlvr vs TRL's ``RLOOTrainer``, side by side on this machine, alternating.
 
-Both sides train SmolLM2-135M-Instruct (fp32, CPU) with RLOO on rlvr's ``arithmetic`` task,
+Three sides train SmolLM2-135M-Instruct (fp32, CPU) with RLOO on rlvr's ``arithmetic`` task,
 rewarded by rlvr's ``math`` reward, with the same prompt (system + user chat messages), the
 same prompts in the same order every step, K samples per prompt, P prompts per optimizer
 step (one optimizer step per generation batch, same micro-batch size), temperature 1.0,
@@ -8,29 +8,50 @@ top-p 1.0, the same completion-token limit, learning rate, constant schedule, no
 gradient clipping at 1.0, no weight decay, beta = 0 (no reference model), one pass over
 each batch, and the same loss: the sequence-level REINFORCE loss TRL's RLOO uses
 (per-sequence sum of token log-probs, averaged over sequences; rlvr:
-``algorithm.loss_aggregation=seq_mean_token_sum``, no clipping).
+``algorithm.loss_aggregation=seq_mean_token_sum``, no clipping). The sides:
 
-Each side runs in its own process: rlvr as ``python -m rlvr.cli train`` on a recipe written
+- ``rlvr``: colocated and synchronous (``sampling.mode: colocate``, ``max_staleness: 0``):
+  vLLM inside the trainer's process; sample, train, sync the weights, in turn;
+- ``rlvr-server``: the same recipe plus ``sampling.mode: server`` and
+  ``sampling.max_staleness: 1``: vLLM's OpenAI server in a process of its own (the trainer
+  starts it), drawing step s + 1 on the weights of step s while the trainer trains step s;
+  the weights travel by collective broadcast. Its samples are one step old, so rlvr's default
+  ``algorithm.is_correction.mode: auto`` weighs its loss by truncated importance weights
+  (tis, cap 2) against the sampler's log-probs; the other two sides train on-policy;
+- ``trl``: TRL's ``RLOOTrainer``, sampling with transformers ``generate`` on the model it trains.
+
+Each run is a process of its own: rlvr as ``python -m rlvr.cli train`` on a recipe written
 to a temporary folder (every setting that matters is set there, nothing comes from
 tasks/demo.yaml), TRL as this script with ``--_trl-worker``. Per side it reports:
 
 - start-up: process launch to the start of the first step (imports, model load, vLLM
-  engine start for rlvr); excluded from the per-step figures;
-- s/step: median (and mean) over the steps after the first one of each run;
+  engine or server start for rlvr); excluded from the per-step figures;
+- s/step: median (and mean) over the steps after the first one of each run; gen s: the
+  median generation time (for ``rlvr-server`` it overlaps training, so it is not part of
+  s/step);
 - reward: mean reward over the last half of each run's steps (averaged over rounds);
-- peak memory: the peak of the summed RSS of the process tree (sampled every 2 s;
-  includes the math-reward worker processes; shared pages count once per process) and
-  the peak RSS of the main process (``wait4``'s ``ru_maxrss``);
-- rlvr only: weight-sync time (trainer -> vLLM) as a fraction of step time.
+- peak memory: the peak of the summed RSS (and PSS) of the process tree, sampled every 2 s
+  (includes the math-reward worker processes and, for ``rlvr-server``, the sampler and
+  vLLM's engine process; RSS counts shared pages once per process), and the largest peak
+  RSS of one process (``wait4``'s ``ru_maxrss``: Linux reports the largest over the main
+  process and every descendant it reaped, so for ``rlvr-server`` it may be the sampler's);
+- both rlvr sides, over the steps after the first: weight-sync time (trainer -> vLLM), the
+  trainer's wait for samples and the sampler's wait for weights, each as a fraction of step
+  time (summed over steps, divided by the summed step time), and the staleness of the
+  samples (optimizer steps between the sampler's weights and the trainer's: mean, max).
+  For ``rlvr`` the wait for samples is its generation and scoring time.
 
-Targets (from the issue): rlvr <= 0.5x TRL's time per step at equal or better reward;
-weight sync <= 10% of step time. Run from the repository root:
+Targets (from the issue, on CPU): rlvr <= 0.33x TRL's time per step at equal or better
+reward; weight sync <= 10% of step time. Both are checked for each rlvr side. Run from the
+repository root:
 
-    .venv/bin/python benchmarks/bench_trl.py                 # ~15 min on 2 cores
+    .venv/bin/python benchmarks/bench_trl.py                 # all three sides, one round each
     .venv/bin/python benchmarks/bench_trl.py --rounds 2      # alternate twice
+    .venv/bin/python benchmarks/bench_trl.py --only rlvr-server   # one side (rlvr, rlvr-server or trl)
     .venv/bin/python benchmarks/bench_trl.py --steps 2 --prompts 1 --k 4 --max-tokens 16   # smoke
 
-Needs TRL (``pip install trl==1.16.0``); ``make bench`` installs it.
+Needs TRL (``pip install trl==1.16.0``) unless ``--only`` names an rlvr side; ``make bench``
+installs it.
 """
 
 from __future__ import annotations
@@ -59,6 +80,10 @@ SYSTEM = "Reply with only the number."
 EXTRACT = "auto"  # the math reward reads the last number when there is no boxed/tagged answer
 TEMPLATE = "{{question}}"
 POLL_S = 2.0  # reading smaps (PSS) of a vLLM process costs CPU: poll sparingly
+RLVR_SIDES = ("rlvr", "rlvr-server")
+SIDES = (*RLVR_SIDES, "trl")  # the order each round runs them in
+SERVER_SAMPLING = {"mode": "server", "max_staleness": 1}  # rlvr-server: the rlvr recipe plus these
+TARGET_RATIO, TARGET_SYNC = 0.33, 0.10  # the issue's CPU targets: s/step vs TRL, sync share of a step
 
 
 # ---------------------------------------------------------------------------- shared helpers
@@ -76,7 +101,13 @@ def child_env() -> dict[str, str]:
 
 
 def tree_memory(pid: int) -> tuple[int, int]:
-    """(summed RSS, summed PSS) in bytes of a process and its descendants; (0, 0) if gone."""
+    """(summed RSS, summed PSS) in bytes of a process and its descendants; (0, 0) if gone.
+
+    ``children(recursive=True)`` walks parent pids, not sessions or process groups, so the
+    rlvr-server sampler counts: rank 0 starts it with ``subprocess.Popen`` from the trainer
+    process itself (``rlvr.server.SamplerProcess``), and the ``os.setsid()`` its
+    ``preexec_fn`` runs gives it a session of its own but leaves its parent the trainer; vLLM's
+    engine process is the sampler's child in turn."""
     try:
         import psutil
     except ImportError:
@@ -114,8 +145,8 @@ def run_monitored(name: str, cmd: list[str], log_path: Path, timeout: float, on_
             peak_rss, peak_pss = max(peak_rss, rss), max(peak_pss, pss)
             if on_poll:
                 on_poll()
-            if time.time() - launch > timeout:
-                os.killpg(proc.pid, signal.SIGTERM)
+            if time.time() - launch > timeout:  # rlvr-server's sampler has a session (and group) of its own
+                os.killpg(proc.pid, signal.SIGTERM)  # but dies with the trainer (PR_SET_PDEATHSIG, rlvr.server)
                 time.sleep(5)
                 if os.wait4(proc.pid, os.WNOHANG)[0] == 0:
                     os.killpg(proc.pid, signal.SIGKILL)
@@ -141,7 +172,8 @@ def run_monitored(name: str, cmd: list[str], log_path: Path, timeout: float, on_
         "returncode": proc.returncode,
         "peak_tree_rss_bytes": peak_rss,
         "peak_tree_pss_bytes": peak_pss,
-        "main_maxrss_bytes": usage.ru_maxrss * 1024,  # Linux: KiB
+        # Linux: KiB, the largest over the child and every descendant it reaped (not only the child)
+        "max_process_rss_bytes": usage.ru_maxrss * 1024,
     }
 
 
@@ -153,16 +185,19 @@ def log_tail(path: Path, lines: int = 40) -> str:
 
 
 # ---------------------------------------------------------------------------- rlvr side
-def rlvr_recipe(a: argparse.Namespace) -> dict[str, Any]:
+def rlvr_recipe(a: argparse.Namespace, side: str) -> dict[str, Any]:
+    """The recipe of an rlvr side: ``rlvr``'s, plus ``SERVER_SAMPLING`` for ``rlvr-server``."""
     from rlvr.recipe import SamplingConfig
 
     sampling = {"backend": "vllm", "num_generations": a.k, "temperature": 1.0, "top_p": 1.0,
                 "max_tokens": a.max_tokens}
     if "dtype" in SamplingConfig.model_fields:
-        sampling["dtype"] = "float32"  # fp32 on both sides (TRL generates with the fp32 training model)
+        sampling["dtype"] = "float32"  # fp32 on all sides (TRL generates with the fp32 training model)
+    if side == "rlvr-server":
+        sampling.update(SERVER_SAMPLING)
     return {
         "name": "bench-trl",
-        "description": "rlvr side of benchmarks/bench_trl.py",
+        "description": f"{side} side of benchmarks/bench_trl.py",
         "task": {"name": TASK, "options": dict(TASK_OPTIONS)},
         "data": {"train_split": "train", "eval_split": "test", "seed": a.seed},
         "prompt": {"system": SYSTEM, "template": TEMPLATE},
@@ -183,12 +218,12 @@ def rlvr_recipe(a: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-def run_rlvr(a: argparse.Namespace, work: Path) -> dict[str, Any]:
+def run_rlvr(a: argparse.Namespace, work: Path, side: str) -> dict[str, Any]:
     import yaml
 
     work.mkdir(parents=True)
     recipe_path = work / "recipe.yaml"
-    recipe_path.write_text(yaml.safe_dump(rlvr_recipe(a), sort_keys=False))
+    recipe_path.write_text(yaml.safe_dump(rlvr_recipe(a, side), sort_keys=False))
     out_dir = work / "run"
     metrics = out_dir / "metrics.jsonl"
     first_row_at: list[float] = []
@@ -200,13 +235,14 @@ def run_rlvr(a: argparse.Namespace, work: Path) -> dict[str, Any]:
                 first_row_at.append(metrics.stat().st_mtime if text.count("\n") == 1 else time.time())
 
     cmd = [sys.executable, "-m", "rlvr.cli", "train", str(recipe_path), "--output-dir", str(out_dir)]
-    proc = run_monitored("rlvr", cmd, work / "log.txt", a.timeout, on_poll=watch)
+    proc = run_monitored(side, cmd, work / "log.txt", a.timeout, on_poll=watch)
     if proc["returncode"] != 0:
-        raise RuntimeError(f"rlvr run failed (exit {proc['returncode']}); last lines of {work / 'log.txt'}:\n"
-                           + log_tail(work / "log.txt"))
+        logs = [work / "log.txt", *sorted(out_dir.glob("sampler-*.log"))]  # rlvr-server: the sampler's too
+        raise RuntimeError(f"{side} run failed (exit {proc['returncode']})" + "".join(
+            f"; last lines of {path}:\n{log_tail(path)}" for path in logs))
     rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
     if len(rows) != a.steps:
-        raise RuntimeError(f"rlvr wrote {len(rows)} metrics rows, expected {a.steps}")
+        raise RuntimeError(f"{side} wrote {len(rows)} metrics rows, expected {a.steps}")
     startup = first_row_at[0] - rows[0]["time_step"] - proc["launch"] if first_row_at else None
     return {
         **proc,
@@ -215,6 +251,9 @@ def run_rlvr(a: argparse.Namespace, work: Path) -> dict[str, Any]:
         "generate_s": [r["time_generate"] for r in rows],
         "train_s": [r["time_train"] for r in rows],
         "sync_s": [r["time_sync"] for r in rows],
+        "wait_samples_s": [r["time_wait_samples"] for r in rows],
+        "wait_weights_s": [r["time_wait_weights"] for r in rows],
+        "staleness": [r["staleness"] for r in rows],
         "reward": [r["reward_mean"] for r in rows],
         "completion_len": [r["completion_len_mean"] for r in rows],
     }
@@ -356,9 +395,20 @@ def _mean(values: list[float]) -> float | None:
     return statistics.fmean(values) if values else None
 
 
+def _counted(runs: list[dict[str, Any]], key: str) -> list[Any]:
+    """A per-step series pooled over rounds, each run's first step left out."""
+    return [x for r in runs for x in r[key][1:]]
+
+
+def _share(runs: list[dict[str, Any]], key: str) -> float | None:
+    """Seconds of ``key`` over the counted steps as a fraction of their summed step time."""
+    total = sum(_counted(runs, "step_s"))
+    return sum(_counted(runs, key)) / total if total else None
+
+
 def summarize(runs: list[dict[str, Any]], side: str) -> dict[str, Any]:
-    """Pool rounds: per-step times after each run's first step; reward over each run's last half."""
-    steps = [s for r in runs for s in r["step_s"][1:]]
+    """Pool rounds: per-step figures after each run's first step; reward over each run's last half."""
+    steps = _counted(runs, "step_s")
     last_half = [_mean(r["reward"][len(r["reward"]) // 2:]) for r in runs]
     out = {
         "side": side,
@@ -367,20 +417,26 @@ def summarize(runs: list[dict[str, Any]], side: str) -> dict[str, Any]:
         "step_s_median": _median(steps),
         "step_s_mean": _mean(steps),
         "steps_counted": len(steps),
-        "generate_s_median": _median([g for r in runs for g in r["generate_s"][1:]]),
+        "generate_s_median": _median(_counted(runs, "generate_s")),
         "reward_last_half": _mean(last_half),
         "reward_all": _mean([x for r in runs for x in r["reward"]]),
         "completion_len_mean": _mean([x for r in runs for x in r["completion_len"]]),
         "peak_tree_rss_gib": max(r["peak_tree_rss_bytes"] for r in runs) / 2**30,
         "peak_tree_pss_gib": max(r["peak_tree_pss_bytes"] for r in runs) / 2**30,
-        "peak_main_rss_gib": max(r["main_maxrss_bytes"] for r in runs) / 2**30,
+        "peak_process_rss_gib": max(r["max_process_rss_bytes"] for r in runs) / 2**30,
         "wall_s": _mean([r["wall_s"] for r in runs]),
     }
-    if side == "rlvr":
-        pairs = [(sy, st) for r in runs for sy, st in zip(r["sync_s"][1:], r["step_s"][1:])]
-        out["sync_s_median"] = _median([sy for sy, _ in pairs])
-        out["sync_fraction"] = sum(sy for sy, _ in pairs) / sum(st for _, st in pairs) if pairs else None
-        out["train_s_median"] = _median([t for r in runs for t in r["train_s"][1:]])
+    if side in RLVR_SIDES:
+        staleness = _counted(runs, "staleness")
+        out.update({
+            "train_s_median": _median(_counted(runs, "train_s")),
+            "sync_s_median": _median(_counted(runs, "sync_s")),
+            "sync_fraction": _share(runs, "sync_s"),
+            "wait_samples_fraction": _share(runs, "wait_samples_s"),
+            "wait_weights_fraction": _share(runs, "wait_weights_s"),
+            "staleness_mean": _mean(staleness),
+            "staleness_max": max(staleness, default=None),
+        })
     return out
 
 
@@ -388,44 +444,70 @@ def _fmt(value, spec: str, none: str = "-") -> str:
     return none if value is None else format(value, spec)
 
 
-def report(summary: dict[str, dict[str, Any]], a: argparse.Namespace) -> dict[str, Any]:
+# (header, summary key, format): the figures of every side, then those of the rlvr sides' loop
+COLUMNS = [("startup s", "startup_s", ".1f"), ("s/step med", "step_s_median", ".2f"),
+           ("s/step mean", "step_s_mean", ".2f"), ("gen s med", "generate_s_median", ".2f"),
+           ("reward(last½)", "reward_last_half", ".3f"), ("len", "completion_len_mean", ".1f"),
+           ("peak tree RSS GiB", "peak_tree_rss_gib", ".2f"), ("PSS GiB", "peak_tree_pss_gib", ".2f"),
+           ("1-proc RSS GiB", "peak_process_rss_gib", ".2f")]
+LOOP_COLUMNS = [("train s med", "train_s_median", ".2f"), ("sync s med", "sync_s_median", ".3f"),
+                ("sync frac", "sync_fraction", ".1%"), ("wait samples", "wait_samples_fraction", ".1%"),
+                ("wait weights", "wait_weights_fraction", ".1%"), ("stale mean", "staleness_mean", ".2f"),
+                ("stale max", "staleness_max", "d")]
+
+
+def print_table(summary: dict[str, dict[str, Any]], sides: tuple[str, ...], columns: list[tuple[str, str, str]]) -> None:
+    """One row per side of ``sides`` that ran; '-' where a figure is missing."""
+    widths = [max(len(h), 6) for h, _, _ in columns]
+    head = f"{'side':<11} " + " ".join(f"{h:>{w}}" for (h, _, _), w in zip(columns, widths))
+    print(head)
+    print("-" * len(head))
+    for side in sides:
+        if side in summary:
+            s = summary[side]
+            print(f"{side:<11} " + " ".join(f"{_fmt(s.get(key), spec):>{w}}" for (_, key, spec), w in zip(columns, widths)))
+
+
+def side_verdict(side: str, r: dict[str, Any], t: dict[str, Any] | None) -> dict[str, Any]:
+    """An rlvr side against the targets: its sync share, and its step time and reward vs TRL's."""
+    verdict: dict[str, Any] = {}
+    if r.get("sync_fraction") is not None:
+        verdict["sync_fraction"] = r["sync_fraction"]
+        verdict["sync_ok"] = r["sync_fraction"] <= TARGET_SYNC
+        print(f"{side} weight sync: {r['sync_fraction']:.1%} of step time (median {r['sync_s_median']:.3f} s/step) "
+              f"-> {'PASS' if verdict['sync_ok'] else 'FAIL'} (target <= {TARGET_SYNC:.0%})")
+    if t and r["step_s_median"] and t["step_s_median"]:
+        ratio = r["step_s_median"] / t["step_s_median"]
+        verdict["time_ratio"] = ratio
+        verdict["time_ok"] = ratio <= TARGET_RATIO
+        verdict["reward_ok"] = (r["reward_last_half"] or 0.0) >= (t["reward_last_half"] or 0.0)
+        print(f"time per step {side}/TRL: {ratio:.3f}x (median; mean {r['step_s_mean'] / t['step_s_mean']:.3f}x) "
+              f"-> {'PASS' if verdict['time_ok'] else 'FAIL'} (target <= {TARGET_RATIO:g}x)")
+        print(f"reward over the last half: {side} {_fmt(r['reward_last_half'], '.3f')} vs TRL "
+              f"{_fmt(t['reward_last_half'], '.3f')} -> {'PASS' if verdict['reward_ok'] else 'FAIL'} "
+              "(target: equal or better; noisy with few steps)")
+    return verdict
+
+
+def report(summary: dict[str, dict[str, Any]], a: argparse.Namespace) -> dict[str, dict[str, Any]]:
+    """Print both tables and each rlvr side's verdict; return the verdicts by side."""
     print()
     print(f"model {MODEL} fp32 | task {TASK} {TASK_OPTIONS} | {a.prompts} prompts x K={a.k} a step "
           f"(micro-batch {a.micro}) | max {a.max_tokens} new tokens | lr {a.lr:g} | {a.steps} steps x {a.rounds} round(s)")
-    head = f"{'side':<5} {'startup s':>9} {'s/step med':>10} {'s/step mean':>11} {'gen s med':>9} {'reward(last½)':>13} " \
-           f"{'len':>5} {'peak tree RSS GiB':>17} {'PSS GiB':>7} {'main RSS GiB':>12} {'sync frac':>9}"
-    print(head)
-    print("-" * len(head))
-    for side in ("rlvr", "trl"):
-        s = summary.get(side)
-        if not s:
-            continue
-        print(f"{side:<5} {_fmt(s['startup_s'], '9.1f'):>9} {_fmt(s['step_s_median'], '10.2f'):>10} "
-              f"{_fmt(s['step_s_mean'], '11.2f'):>11} {_fmt(s['generate_s_median'], '9.2f'):>9} "
-              f"{_fmt(s['reward_last_half'], '13.3f'):>13} {_fmt(s['completion_len_mean'], '5.1f'):>5} "
-              f"{s['peak_tree_rss_gib']:17.2f} {s['peak_tree_pss_gib']:7.2f} {s['peak_main_rss_gib']:12.2f} "
-              f"{_fmt(s.get('sync_fraction'), '9.1%', 'n/a'):>9}")
-    verdict: dict[str, Any] = {}
-    r, t = summary.get("rlvr"), summary.get("trl")
-    if r and r.get("sync_fraction") is not None:
-        verdict["sync_fraction"] = r["sync_fraction"]
-        verdict["sync_ok"] = r["sync_fraction"] <= 0.10
-        print(f"rlvr weight sync: {r['sync_fraction']:.1%} of step time (median {r['sync_s_median']:.3f} s/step) "
-              f"-> {'PASS' if verdict['sync_ok'] else 'FAIL'} (target <= 10%)")
-    if r and t and r["step_s_median"] and t["step_s_median"]:
-        ratio = r["step_s_median"] / t["step_s_median"]
-        verdict["time_ratio"] = ratio
-        verdict["time_ok"] = ratio <= 0.5
-        verdict["reward_ok"] = (r["reward_last_half"] or 0.0) >= (t["reward_last_half"] or 0.0)
-        print(f"time per step rlvr/TRL: {ratio:.2f}x (median; mean {r['step_s_mean'] / t['step_s_mean']:.2f}x) "
-              f"-> {'PASS' if verdict['time_ok'] else 'FAIL'} (target <= 0.5x)")
-        print(f"reward over the last half: rlvr {_fmt(r['reward_last_half'], '.3f')} vs TRL {_fmt(t['reward_last_half'], '.3f')} "
-              f"-> {'PASS' if verdict['reward_ok'] else 'FAIL'} (target: equal or better; noisy with few steps)")
-    elif not (r and t):
-        print("(one side only: no ratio)")
-    else:
+    print_table(summary, SIDES, COLUMNS)
+    rlvr_sides = [side for side in RLVR_SIDES if side in summary]
+    if rlvr_sides:
+        print(f"\nrlvr loop, over the steps after the first (fractions of step time; "
+              f"rlvr-server: {', '.join(f'sampling.{k}={v}' for k, v in SERVER_SAMPLING.items())})")
+        print_table(summary, RLVR_SIDES, LOOP_COLUMNS)
+        print()
+    t = summary.get("trl")
+    verdicts = {side: side_verdict(side, summary[side], t) for side in rlvr_sides}
+    if not (t and rlvr_sides):
+        print("(TRL and an rlvr side are needed for a ratio)")
+    elif not t["step_s_median"] or not all(summary[side]["step_s_median"] for side in rlvr_sides):
         print("(too few steps for a ratio: run at least 2 steps)")
-    return verdict
+    return verdicts
 
 
 # ---------------------------------------------------------------------------- main
@@ -436,10 +518,10 @@ def main() -> int:
     p.add_argument("--k", type=int, default=8, help="samples per prompt (default 8)")
     p.add_argument("--max-tokens", type=int, default=64, help="max new tokens per completion (default 64)")
     p.add_argument("--micro", type=int, default=None, help="sequences per forward/backward (default: largest divisor of prompts*k up to 16)")
-    p.add_argument("--rounds", type=int, default=1, help="alternations rlvr, TRL, rlvr, TRL, ... (default 1)")
+    p.add_argument("--rounds", type=int, default=1, help="alternations rlvr, rlvr-server, TRL, rlvr, ... (default 1)")
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--only", choices=["rlvr", "trl"], default=None, help="run one side only")
+    p.add_argument("--only", choices=SIDES, default=None, help="run one side only (default: all three)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per run before it is killed")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "trl.json")
     p.add_argument("--keep", action="store_true", help="keep the runs' temporary folders (logs, metrics)")
@@ -453,7 +535,7 @@ def main() -> int:
     if a._trl_worker:
         trl_worker(a)
         return 0
-    if a.only != "rlvr":
+    if a.only in (None, "trl"):
         missing = trl_missing()
         if missing:
             print(f"{missing}: pip install trl=={TRL_VERSION}", file=sys.stderr)
@@ -461,7 +543,7 @@ def main() -> int:
     from rlvr.models import resolve_model
 
     print(f"model: {resolve_model(MODEL)}", flush=True)  # pulls it once, outside any timing
-    sides = [a.only] if a.only else ["rlvr", "trl"]
+    sides = [a.only] if a.only else list(SIDES)
     work = Path(tempfile.mkdtemp(prefix="rlvr-bench-trl-"))
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     try:
@@ -469,7 +551,7 @@ def main() -> int:
             for side in sides:
                 print(f"round {rnd + 1}/{a.rounds}: {side} ...", end=" ", flush=True)
                 folder = work / f"{side}-{rnd}"
-                run = run_rlvr(a, folder) if side == "rlvr" else run_trl(a, folder)
+                run = run_rlvr(a, folder, side) if side in RLVR_SIDES else run_trl(a, folder)
                 runs[side].append(run)
                 steps = run["step_s"]
                 print(f"start-up {_fmt(run['startup_s'], '.1f')} s, steps {', '.join(f'{s:.1f}' for s in steps)} s, "
@@ -487,7 +569,8 @@ def main() -> int:
     config = {k: v for k, v in vars(a).items() if k not in ("_trl_worker", "out")}
     a.out.write_text(json.dumps({
         "config": {**config, "model": MODEL, "task": TASK, "task_options": TASK_OPTIONS, "system": SYSTEM,
-                   "template": TEMPLATE, "trl_version": TRL_VERSION},
+                   "template": TEMPLATE, "trl_version": TRL_VERSION, "rlvr_server_sampling": SERVER_SAMPLING,
+                   "targets": {"time_ratio": TARGET_RATIO, "sync_fraction": TARGET_SYNC}},
         "summary": summary, "verdict": verdict, "runs": runs,
     }, indent=2, default=str))
     print(f"results: {a.out}")

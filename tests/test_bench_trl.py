@@ -1,0 +1,118 @@
+"""benchmarks/bench_trl.py without training anything: the rlvr-server side's recipe, the
+figures pooled per side, the verdicts against the targets, ``--only`` and the memory of a
+process tree whose child left the session (as rlvr's sampler does)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from rlvr.recipe import Recipe
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_trl.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_trl", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def args(**kw) -> argparse.Namespace:
+    base = dict(k=4, max_tokens=16, seed=0, steps=3, prompts=2, micro=8, lr=1e-5, rounds=1)
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_server_recipe_is_the_rlvr_recipe_plus_server_sampling(bench):
+    plain, server = bench.rlvr_recipe(args(), "rlvr"), bench.rlvr_recipe(args(), "rlvr-server")
+    assert Recipe.model_validate(plain).sampling.mode == "colocate"
+    parsed = Recipe.model_validate(server)
+    assert (parsed.sampling.mode, parsed.sampling.max_staleness) == ("server", 1)
+    changed = {k: v for k, v in server["sampling"].items() if plain["sampling"].get(k) != v}
+    assert changed == {"mode": "server", "max_staleness": 1}
+    assert {k: v for k, v in server.items() if k not in ("sampling", "description")} == \
+        {k: v for k, v in plain.items() if k not in ("sampling", "description")}
+
+
+def run(step_s, **series):
+    n = len(step_s)
+    return {"startup_s": 5.0, "step_s": step_s, "generate_s": [1.0] * n, "reward": [0.0, 0.5, 1.0][:n],
+            "completion_len": [4.0] * n, "peak_tree_rss_bytes": 3 * 2**30, "peak_tree_pss_bytes": 2**30,
+            "max_process_rss_bytes": 2**30, "wall_s": 60.0, **series}
+
+
+def rlvr_run(step_s, staleness, wait_samples, wait_weights, sync):
+    return run(step_s, train_s=[2.0] * len(step_s), staleness=staleness, wait_samples_s=wait_samples,
+               wait_weights_s=wait_weights, sync_s=sync)
+
+
+def test_summarize_pools_loop_figures_after_the_first_step(bench):
+    runs = [rlvr_run([9.0, 4.0, 6.0], [0, 1, 1], [9.0, 1.0, 2.0], [0.0, 0.5, 0.5], [0.0, 0.2, 0.3]),
+            rlvr_run([9.0, 5.0, 5.0], [0, 1, 1], [9.0, 0.0, 1.0], [0.0, 0.0, 1.0], [0.0, 0.1, 0.4])]
+    s = bench.summarize(runs, "rlvr-server")
+    assert s["steps_counted"] == 4 and s["step_s_median"] == 5.0
+    assert s["wait_samples_fraction"] == pytest.approx(4.0 / 20.0)
+    assert s["wait_weights_fraction"] == pytest.approx(2.0 / 20.0)
+    assert s["sync_fraction"] == pytest.approx(1.0 / 20.0)
+    assert (s["staleness_mean"], s["staleness_max"]) == (1.0, 1)
+    assert "staleness_mean" not in bench.summarize([run([30.0, 30.0, 30.0])], "trl")
+
+
+def test_report_gives_each_rlvr_side_its_verdict_against_trl(bench, capsys):
+    loop = dict(staleness=[0, 1, 1], wait_samples=[1.0] * 3, wait_weights=[0.0] * 3)
+    summary = {
+        "rlvr": bench.summarize([rlvr_run([12.0] * 3, sync=[1.5] * 3, **loop)], "rlvr"),  # 0.40x, sync 12.5%
+        "rlvr-server": bench.summarize([rlvr_run([9.0] * 3, sync=[0.5] * 3, **loop)], "rlvr-server"),  # 0.30x
+        "trl": bench.summarize([run([30.0] * 3)], "trl"),
+    }
+    verdicts = bench.report(summary, args())
+    assert verdicts["rlvr"]["time_ratio"] == pytest.approx(0.4) and not verdicts["rlvr"]["time_ok"]
+    assert not verdicts["rlvr"]["sync_ok"]
+    assert verdicts["rlvr-server"]["time_ratio"] == pytest.approx(0.3) and verdicts["rlvr-server"]["time_ok"]
+    assert verdicts["rlvr-server"]["sync_ok"] and verdicts["rlvr-server"]["reward_ok"]
+    out = capsys.readouterr().out
+    assert "time per step rlvr-server/TRL: 0.300x" in out and "(target <= 0.33x)" in out
+    rows = [line for line in out.splitlines() if line.startswith("rlvr-server ") and "->" not in line]
+    assert len(rows) == 2 and rows[1].split()[-4:] == ["11.1%", "0.0%", "1.00", "1"]  # a row in each table
+
+
+def test_only_accepts_the_server_side():
+    # --steps 0 stops it after parsing: an unknown side would fail earlier, as an invalid choice
+    done = subprocess.run([sys.executable, str(BENCH), "--only", "rlvr-server", "--steps", "0"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "need --steps >= 1" in done.stderr and "invalid choice" not in done.stderr
+
+
+def test_tree_memory_counts_a_child_in_its_own_session(bench):
+    """rlvr's sampler runs setsid (a session of its own) but stays the trainer's child."""
+    code = ("import subprocess, sys, time\n"
+            "subprocess.Popen([sys.executable, '-c', 'b = bytes([120]) * (200 * 2**20); import time; time.sleep(30)'],"
+            " start_new_session=True)\n"
+            "time.sleep(30)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code])
+    try:
+        deadline = time.time() + 20
+        while time.time() < deadline and not psutil.Process(parent.pid).children():
+            time.sleep(0.05)
+        (child,) = psutil.Process(parent.pid).children()
+        while time.time() < deadline and child.memory_info().rss < 200 * 2**20:
+            time.sleep(0.05)
+        assert os.getsid(child.pid) == child.pid != os.getsid(parent.pid)  # the child leads a session of its own
+        rss, _ = bench.tree_memory(parent.pid)
+        assert rss >= psutil.Process(parent.pid).memory_info().rss + 200 * 2**20
+    finally:
+        for proc in psutil.Process(parent.pid).children(recursive=True):
+            proc.kill()
+        parent.kill()
+        parent.wait()
