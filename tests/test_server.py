@@ -155,3 +155,50 @@ def test_two_ranks_share_one_sampler(tmp_path, tiny_model, test_plugin):
         assert r["is_weight_mean"] == pytest.approx(1.0, abs=2e-3) and r["mismatch_k3"] < 1e-4, r
     assert list(out.glob("sampler-*.log")) == [out / "sampler-0.log"]
     assert sampler_pids(out) == []
+
+
+def test_two_ranks_colocated_vllm_engines_sync_by_broadcast(tmp_path, tiny_model, test_plugin):
+    """sampling.mode: colocate with two ranks: each rank's vLLM engine runs in a child process
+    and takes the weights by gloo broadcast (no files); its samples come from the new weights."""
+    recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm")
+    out = tmp_path / "run"
+    env = {**env, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29519",
+           "-m", "rlvr.cli", "train", str(recipe), "--output-dir", str(out), "--set", "sampling.cpu_kvcache_gib=1",
+           "--set", "sampling.gpu_memory_utilization=0.1"]
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    metrics = rows(out)
+    assert [r["step"] for r in metrics] == [0, 1]
+    for r in metrics:
+        assert r["is_weight_mean"] == pytest.approx(1.0, abs=2e-3) and r["mismatch_k3"] < 1e-4, r
+
+
+def test_a_sampler_started_by_hand_serves_a_run_named_in_urls(tmp_path, tiny_model, test_plugin):
+    """`rlvr sampler RECIPE --port P` in one process, `rlvr train` with sampling.server.urls in
+    another: the run uses it (weights synced into it, samples from them) and leaves it running."""
+    from rlvr.weight_sync import free_port
+
+    recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm")
+    port = free_port()
+    sampler = subprocess.Popen([RLVR, "sampler", recipe, "--host", "127.0.0.1", "--port", str(port)], env=env,
+                               stdout=subprocess.DEVNULL, stderr=open(tmp_path / "sampler.log", "w"), start_new_session=True)
+    try:
+        import requests
+
+        end = time.time() + 300
+        while time.time() < end:
+            assert sampler.poll() is None, (tmp_path / "sampler.log").read_text()[-2000:]
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                    break
+            except requests.RequestException:
+                time.sleep(1)
+        out = tmp_path / "run"
+        metrics = train_two_steps(recipe, out, env, "sampling.mode=server", f"sampling.server.urls=[http://127.0.0.1:{port}]")
+        for r in metrics:
+            assert r["is_weight_mean"] == pytest.approx(1.0, abs=2e-3) and r["mismatch_k3"] < 1e-4, r
+        assert not list(out.glob("sampler-*.log")) and sampler.poll() is None  # not ours to start or stop
+    finally:
+        os.killpg(sampler.pid, signal.SIGTERM)
+        sampler.wait(60)
