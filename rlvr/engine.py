@@ -140,6 +140,7 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
 
         backend, ref_model, zero_stage = build_policy(recipe, model_path, world=world, device=device, cuda=cuda)
         zero3, lora = zero_stage == 3, bool(recipe.model.lora)
+        bucket = s.sync_bucket_mb << 20  # weights gathered (ZeRO-3) and broadcast this much at a time
         longest, new_tokens = run_lengths(recipe, train_set, eval_set)
         sampler = make_sampler(
             recipe, model_path, longest_prompt=longest, max_new_tokens=new_tokens, seed=t.seed + rank,
@@ -150,14 +151,15 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
         if resume:
             state, position = load_checkpoint(backend.engine, ckpt_dir, rank=rank)
             metrics.truncate_to(state.step)
-            sync_weights(backend.module, sampler, lora=lora, zero3=zero3)
+            sync_weights(backend.module, sampler, lora=lora, zero3=zero3, bucket_bytes=bucket)
             log.info(f"resumed at step {state.step}")
         stream = PromptStream(len(train_set.rows), recipe.data.seed, rank, world, position)
         is_mode, want_logprobs = _importance_sampling(recipe, cuda)
         producer = RolloutProducer(sampler, rewards, train_set, stream, groups=recipe.prompts_per_step // world,
                                    sampling=s, dynamic_sampling=algo.dynamic_sampling, seed=t.seed, rank=rank,
                                    logprobs=want_logprobs)
-        pipeline = Pipeline(producer, lambda: sync_weights(backend.module, sampler, lora=lora, zero3=zero3),
+        pipeline = Pipeline(producer, lambda: sync_weights(backend.module, sampler, lora=lora, zero3=zero3,
+                                                           bucket_bytes=bucket),
                             max_staleness=s.max_staleness, total_steps=t.steps, version=state.step)
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         learner = Learner(backend, algo, micro_batch_size=t.micro_batch_size, temperature=s.temperature,

@@ -157,7 +157,7 @@ def build_policy(recipe, model_path: str, *, world: int, device, cuda: bool):
     return backend, ref_model, zero_stage
 
 
-def sync_weights(module, sampler, *, lora: bool, zero3: bool) -> float:
+def sync_weights(module, sampler, *, lora: bool, zero3: bool, bucket_bytes: int = 64 << 20) -> float:
     """Push the policy's weights into the sampler (LoRA merged first); seconds taken."""
     import torch
 
@@ -167,7 +167,7 @@ def sync_weights(module, sampler, *, lora: bool, zero3: bool) -> float:
     if lora:
         module.merge_adapter()
     with torch.no_grad():
-        sampler.load_weights(hf_state_for_sync(module, zero3))
+        sampler.load_weights(hf_state_for_sync(module, zero3, bucket_bytes))
     if lora:
         module.unmerge_adapter()
     return time.perf_counter() - start

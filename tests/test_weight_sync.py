@@ -274,3 +274,18 @@ def test_a_sampler_that_does_not_take_part_fails_the_send_at_the_deadline(join, 
     assert timeout_s * 0.9 <= elapsed < timeout_s + 5, elapsed
     assert "time" in str(err.value).lower(), str(err.value)  # "wait timeout" (store) / "Timed out" (gloo)
     assert sender.version == 0
+
+
+def test_zero3_gather_groups_are_the_broadcast_buckets():
+    """Parameters are gathered in the groups the broadcast sends: by full size (ds_numel)."""
+    import torch
+
+    from rlvr.samplers import gather_groups
+
+    params = []
+    for i, numel in enumerate([10, 20, 30, 100, 5]):
+        p = torch.nn.Parameter(torch.empty(0))  # a ZeRO-3 shard holds nothing locally
+        p.ds_numel = numel
+        params.append((f"p{i}", p))
+    groups = gather_groups(params, bucket_bytes=4 * 40)  # float32: 40 elements a bucket
+    assert [[n for n, _ in g] for g in groups] == [["p0", "p1"], ["p2"], ["p3"], ["p4"]]
