@@ -32,28 +32,22 @@ def sampler_pids(out_dir) -> list[int]:
     return found
 
 
-def test_server_mode_trains_and_leaves_nothing_behind(tmp_path, tiny_model, test_plugin):
-    recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm")
-    out = tmp_path / "run"
-    env["RLVR_TEST_RUN"] = str(out)
-    metrics = train_two_steps(recipe, out, env, "sampling.mode=server")
-    # same weights and dtype in sampler and trainer after every sync: weights 1, mismatch ~0
-    for r in metrics:
-        assert r["is_weight_mean"] == pytest.approx(1.0, abs=2e-3) and r["mismatch_k3"] < 1e-4, r
-        assert r["time_sync"] > 0
-    assert (out / "sampler-0.log").exists()
-    assert sampler_pids(out) == []
-
-
 def test_server_mode_matches_colocated_when_synchronous(tmp_path, tiny_model, test_plugin):
     """max_staleness 0: the same seed draws the same samples in both modes, so the same losses,
     gradient norms and rewards (the sampler is the same vLLM engine, only in another process)."""
     recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm")
+    env["RLVR_TEST_RUN"] = str(tmp_path / "server")
     both = {}
     for mode in ("colocate", "server"):
         out = tmp_path / mode
         train_two_steps(recipe, out, env, f"sampling.mode={mode}", "algorithm.ppo_epochs=1")
         both[mode] = rows(out)
+    # the sampler held the trainer's weights and dtype after every sync: weights 1, mismatch ~0
+    for r in both["server"]:
+        assert r["is_weight_mean"] == pytest.approx(1.0, abs=2e-3) and r["mismatch_k3"] < 1e-4, r
+        assert r["time_sync"] > 0
+    assert (tmp_path / "server" / "sampler-0.log").exists()
+    assert sampler_pids(tmp_path / "server") == []  # stopped at the end of the run
     keys = ("reward_mean", "completion_len_mean", "grad_norm", "loss", "kl", "entropy")
     for a, b in zip(both["colocate"], both["server"]):
         for key in keys:
@@ -85,7 +79,7 @@ def _server_pid(out) -> int:
     raise AssertionError(f"no sampler among {pids}")
 
 
-@pytest.mark.parametrize("fault", ["kill", "hang"])
+@pytest.mark.parametrize("fault", ["kill"])  # a hang's deadline: tests/test_server_options.py, no vLLM
 def test_sampler_that_dies_or_hangs_stops_the_run_with_one_line(tmp_path, tiny_model, test_plugin, fault):
     recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm", steps=50)
     out = tmp_path / "run"
