@@ -458,6 +458,7 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 """
 
 
+@pytest.mark.slow  # spawns processes, waits out deadlines
 @pytest.mark.parametrize("fault", ["dies", "hangs"])
 def test_a_sampler_that_dies_or_hangs_is_named_in_one_line(tmp_path, fault):
     import signal

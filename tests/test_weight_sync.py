@@ -157,6 +157,7 @@ RECEIVER = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow  # spawns processes, waits out deadlines
 def test_two_processes_receive_every_bucket_bit_exact(tmp_path):
     weights = mixed_weights(seed=1)
     packed = [pack(p) for p in buckets(weights, bucket_bytes=256)]
@@ -262,6 +263,7 @@ def test_broadcaster_sends_every_bucket_to_every_worker_of_every_sampler():
     assert infos[0]["master_port"] == infos[1]["master_port"] and infos[0]["timeout_s"] == 20.0
 
 
+@pytest.mark.slow  # spawns processes, waits out deadlines
 @pytest.mark.parametrize("join, receive", [(False, False), (True, False)], ids=["never-joins", "never-receives"])
 def test_a_sampler_that_does_not_take_part_fails_the_send_at_the_deadline(join, receive):
     timeout_s = 2.0
