@@ -46,8 +46,8 @@ from .prompts import PromptSet, load_prompt_set
 from .recipe import Recipe
 from .rewards import BoundReward, bind_rewards
 from .rollout import Pipeline, PromptStream, RolloutProducer
-from .samplers import make_sampler, sampler_dtype
-from .server import run_evaluates, run_lengths
+from .samplers import context_length, make_sampler, model_max_len, require_vllm, sampler_dtype
+from .server import connect_samplers, run_evaluates, run_lengths
 
 log = logging.getLogger("rlvr.engine")
 
@@ -142,10 +142,15 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
         zero3, lora = zero_stage == 3, bool(recipe.model.lora)
         bucket = s.sync_bucket_mb << 20  # weights gathered (ZeRO-3) and broadcast this much at a time
         longest, new_tokens = run_lengths(recipe, train_set, eval_set)
-        sampler = make_sampler(
-            recipe, model_path, longest_prompt=longest, max_new_tokens=new_tokens, seed=t.seed + rank,
-            world=world, rank=rank, get_model=lambda: backend.module, tokenizer=tokenizer, synced=zero3 and world > 1,
-            output_dir=output_dir)
+        if s.mode == "server" and s.backend == "vllm":
+            require_vllm()
+            sampler = connect_samplers(recipe, model_path, max_model_len=context_length(
+                longest, new_tokens, model_max_len(model_path)), seed=t.seed, rank=rank, world=world,
+                output_dir=output_dir, on_cpu=not cuda)
+        else:
+            sampler = make_sampler(
+                recipe, model_path, longest_prompt=longest, max_new_tokens=new_tokens, seed=t.seed + rank,
+                world=world, get_model=lambda: backend.module, tokenizer=tokenizer, synced=zero3 and world > 1)
         state, position = TrainState(), 0
         metrics = MetricsLog(output_dir / "metrics.jsonl", enabled=rank == 0)
         if resume:

@@ -123,7 +123,7 @@ def evaluate(recipe: Recipe, registry: Registry, output_dir: Path) -> dict[str, 
 
         model = AutoModelForCausalLM.from_pretrained(model_path)
     sampler = make_sampler(recipe, model_path, longest_prompt=eval_set.longest, max_new_tokens=eval_max_tokens(recipe),
-                           seed=0, get_model=lambda: model, tokenizer=tokenizer, server=False)
+                           seed=0, get_model=lambda: model, tokenizer=tokenizer)
     result, per_prompt = evaluate_with(recipe, bind_rewards(recipe.rewards, registry), sampler, eval_set,
                                        keep_samples=True)
     rows = eval_set.rows

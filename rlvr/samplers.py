@@ -277,31 +277,31 @@ def _merged_named_parameters(module: torch.nn.Module) -> Iterator[tuple[str, tor
         yield name, param
 
 
-def make_sampler(recipe, model_path: str, *, longest_prompt: int, max_new_tokens: int, seed: int, world: int = 1,
-                 rank: int = 0, get_model: Callable[[], torch.nn.Module] | None = None, tokenizer=None,
-                 synced: bool = False, output_dir=None, server: bool | None = None) -> Sampler:
-    """The recipe's sampler, for training and evaluation alike.
-
-    vLLM's context is ``context_length`` of the longest prompt it will see and the most tokens
-    any call may generate. The transformers sampler generates with ``get_model()`` (the live
-    policy, or a loaded model). ``server`` (default: the recipe's ``sampling.mode``) puts vLLM
-    in processes of its own (``rlvr.server``); their logs go to ``output_dir``.
-    """
-    s = recipe.sampling
-    if s.backend == "hf":
-        return HFSampler(get_model, tokenizer, synced=synced)
-    context = context_length(longest_prompt, max_new_tokens, model_max_len(model_path))
-    on_cpu = not torch.cuda.is_available()
+def require_vllm() -> None:
+    """A clear line when vLLM is not installed (it is an extra)."""
     try:
         import vllm  # noqa: F401
     except ImportError as exc:
         raise RlvrError(f"sampling.backend vllm needs vLLM ({exc}); install rlvr[cpu] or rlvr[gpu], "
                         "or set sampling.backend=hf") from None
-    if s.mode == "server" if server is None else server:
-        from .server import connect_samplers
 
-        return connect_samplers(recipe, model_path, max_model_len=context, seed=seed, rank=rank, world=world,
-                                output_dir=output_dir, on_cpu=on_cpu)
+
+def make_sampler(recipe, model_path: str, *, longest_prompt: int, max_new_tokens: int, seed: int, world: int = 1,
+                 get_model: Callable[[], torch.nn.Module] | None = None, tokenizer=None,
+                 synced: bool = False) -> Sampler:
+    """The recipe's colocated sampler, for training and evaluation alike (server mode:
+    ``rlvr.server.connect_samplers``).
+
+    vLLM's context is ``context_length`` of the longest prompt it will see and the most tokens
+    any call may generate. The transformers sampler generates with ``get_model()`` (the live
+    policy, or a loaded model).
+    """
+    s = recipe.sampling
+    if s.backend == "hf":
+        return HFSampler(get_model, tokenizer, synced=synced)
+    context = context_length(longest_prompt, max_new_tokens, model_max_len(model_path))
+    require_vllm()
+    on_cpu = not torch.cuda.is_available()
     return VLLMSampler(model_path, max_model_len=context, seed=seed, gpu_memory_utilization=s.gpu_memory_utilization,
                        cpu_kvcache_gib=s.cpu_kvcache_gib, in_process=world == 1, on_cpu=on_cpu, dtype=s.dtype,
                        bucket_bytes=s.sync_bucket_mb << 20)
