@@ -237,7 +237,8 @@ def hf_state_for_sync(module: torch.nn.Module, zero3: bool,
                       bucket_bytes: int = 64 << 20) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, full tensor) pairs in Hugging Face naming; under ZeRO-3 gathered a bucket at a
     time: consecutive parameters of at most ``bucket_bytes`` in all (one larger parameter alone),
-    the same grouping the broadcast sends (``rlvr.weight_sync.buckets``).
+    the size the broadcast sends (``rlvr.weight_sync.buckets`` also counts alignment padding,
+    so its cuts may fall one parameter earlier).
 
     Every rank must drain this iterator: ZeRO-3 gathers are collective.
     """

@@ -192,8 +192,7 @@ def test_two_steps_vllm_sampler(tmp_path, tiny_model, test_plugin):
     assert all(r["time_sync"] > 0 for r in metrics)
     # vLLM's log-probs come back with every sample: same weights and dtype (float32 on this CPU)
     # before and after the sync, so the importance weights are 1 and the mismatch ~0.
-    for r in metrics:
-        assert r["is_weight_mean"] == pytest.approx(1.0, abs=2e-3) and r["mismatch_k3"] < 1e-4, r
+    assert_sampler_holds_trainer_weights(metrics)
 
 
 def test_one_step_ahead_with_vllm(tmp_path, tiny_model, test_plugin):
@@ -222,14 +221,27 @@ def test_one_step_ahead_with_vllm(tmp_path, tiny_model, test_plugin):
 def test_two_ranks_zero_gloo(tmp_path, tiny_model, test_plugin, zero):
     recipe, env = make_run(tmp_path, tiny_model, test_plugin, zero=zero)
     out = tmp_path / "run"
+    metrics = train_two_ranks(recipe, out, env, 29500 + zero)
+    assert metrics[0]["grad_norm"] > 0
+
+
+def train_two_ranks(recipe, out, env, port: int, *sets: str) -> list[dict]:
+    """`rlvr train` a 2-step recipe on two CPU ranks (torchrun, gloo); it must succeed and log steps 0, 1."""
     env = {**env, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(29500 + zero),
-           "-m", "rlvr.cli", "train", str(recipe), "--output-dir", str(out)]
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+           "-m", "rlvr.cli", "train", str(recipe), "--output-dir", str(out)] + [a for kv in sets for a in ("--set", kv)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = rows(out)
     assert [r["step"] for r in metrics] == [0, 1]
-    assert metrics[0]["grad_norm"] > 0
+    return metrics
+
+
+def assert_sampler_holds_trainer_weights(metrics: list[dict]) -> None:
+    """Same weights and dtype in sampler and trainer (float32 on this CPU) after every sync:
+    importance weights 1 and the sampler-trainer mismatch ~0."""
+    for r in metrics:
+        assert r["is_weight_mean"] == pytest.approx(1.0, abs=2e-3) and r["mismatch_k3"] < 1e-4, r
 
 
 def test_kill_9_then_resume_keeps_one_row_per_step(tmp_path, tiny_model, test_plugin):

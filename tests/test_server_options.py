@@ -17,15 +17,8 @@ from rlvr.recipe import load_recipe
 from rlvr.samplers import sampler_dtype
 from rlvr.server import _last_error, server_command, server_env
 from rlvr.weight_sync import BACKEND
+from test_recipe import BASE  # the smallest valid recipe
 
-BASE = """
-name: t
-task: {name: arithmetic, options: {size: 10}}
-prompt: {template: "{{question}}"}
-rewards: {math: 1.0}
-sampling: {num_generations: 4}
-trainer: {rollout_batch_size: 16, micro_batch_size: 4}
-"""
 
 
 def write(tmp_path, text=BASE):
