@@ -53,7 +53,7 @@ test: install $(RG_STAMP) $(MV_SUITE)/.fetched
 	$(PIP) install -q --no-deps --no-build-isolation -e examples/rlvr-countdown
 	@# pytest exits 5 when it collected nothing: a test run that tests nothing is a failure.
 	RLVR_MATH_VERIFY_SUITE="$(abspath $(MV_SUITE))" \
-	RLVR_DATA_DIR="$${RLVR_DATA_DIR:-$(DATA)}" $(VENV)/bin/pytest -q $(PYTEST_ARGS); rc=$$?; \
+	RLVR_DATA_DIR="$${RLVR_DATA_DIR:-$(DATA)}" $(VENV)/bin/pytest -q --durations=15 $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
 bench: install

@@ -22,15 +22,21 @@ def overlong(
     *,
     max_len: Annotated[int, Ge(1)] = 1024,
     cache_len: Annotated[int, Ge(0)] = 256,  # at most max_len (checked when scoring)
+    policy_tokens=None,
 ):
-    """DAPO soft overlong punishment on response tokens: 0, then linear to -1 at max_len."""
+    """DAPO soft overlong punishment on response tokens: 0, then linear to -1 at max_len.
+
+    In an episode (``environment`` in the recipe) it counts the policy's tokens only
+    (``policy_tokens``), not the environment's replies."""
     out = []
-    for ids in completion_ids:
-        if ids is None:
+    for i, ids in enumerate(completion_ids):
+        own = policy_tokens[i] if policy_tokens is not None else None
+        if ids is None and own is None:
             out.append(Score(None, {"why": "needs completion_ids (token ids of the response)"}))
             continue
-        penalty = soft_overlong_penalty(len(ids), max_len=max_len, cache_len=cache_len)
-        out.append(Score(penalty, {"length": len(ids), "max_len": max_len, "cache_len": cache_len}))
+        length = own if own is not None else len(ids)
+        penalty = soft_overlong_penalty(length, max_len=max_len, cache_len=cache_len)
+        out.append(Score(penalty, {"length": length, "max_len": max_len, "cache_len": cache_len}))
     return out
 
 

@@ -57,6 +57,11 @@ the program is switched to uid/gid 65534.
 Candidates see the interpreter's standard library (and its own site-packages), not
 the project's virtual environment.
 
+Besides grading (``Job.mode`` "call" and "io"), mode "exec" runs a tool call -- a
+code cell of a multi-turn episode after that episode's earlier cells -- and returns
+what it printed: the same isolation, rlimits, deadline and cgroup ceilings, and
+nothing to fake, since nothing is graded.
+
 Layout: this module is the host side (``Sandbox``, its workers, the ``bwrap``
 command line, cgroups). Everything that runs inside the jail is in
 ``sandbox_jail`` (standard library only) and the limits both sides share are in
@@ -81,6 +86,7 @@ from rlvr import RlvrError
 from . import sandbox_jail, sandbox_limits
 from .sandbox_jail import _FRAME, _Closed, _recv, _send, _short, _Timeout, _write_all
 from .sandbox_limits import (
+    DEFAULT_KEEP_OUTPUT,
     DEFAULT_MAX_OUTPUT,
     DEFAULT_MAX_PROCS,
     DEFAULT_MEMORY_MB,
@@ -90,9 +96,10 @@ from .sandbox_limits import (
     NOBODY,
 )
 
-__all__ = ["Job", "Result", "Sandbox", "get_sandbox", "ISOLATION_LEVELS", "close_all"]
+__all__ = ["Job", "Result", "Sandbox", "get_sandbox", "ISOLATION_LEVELS", "JOB_MODES", "close_all"]
 
 ISOLATION_LEVELS = ("bwrap", "process")
+JOB_MODES = ("call", "io", "exec")
 
 # Run inside the sandbox with ``python -I -c``: read the shipped sources from stdin
 # (``_shipped_sources``: the limits module, then the jail module) and run the jail
@@ -131,6 +138,19 @@ class Job:
     case; the stripped stdout must equal the stripped expected text and the exit
     code be 0. ``timeout`` (wall seconds) and ``memory_mb`` (address space) apply
     to each program run; more than ``max_output`` bytes of stdout+stderr fail it.
+
+    ``mode="exec"`` (a tool call: nothing is graded): the ``setup`` cells, then
+    ``program``, run as ``__main__`` in one process and one namespace, the setup
+    cells' output discarded and an exception ending its own cell only (a notebook
+    kernel's session, replayed: nothing persists between jobs). ``Result.output`` is
+    what the program wrote to stdout and stderr (one pipe, lines in order), its first
+    ``keep_output`` bytes; ``Result.output_bytes`` counts all of it. Status ``ok``,
+    ``error`` (it raised: ``message`` is the exception's last traceback line),
+    ``exited`` (it ended the process itself, e.g. ``os._exit``), ``timeout``,
+    ``crashed`` (killed by a signal, e.g. out of memory) or ``output_limit`` (more
+    than ``max_output`` bytes: stopped there); the output comes back in every case.
+    ``seed`` (if set) seeds ``random`` before the setup cells, so that replays draw
+    what the first run drew.
     """
 
     program: str
@@ -143,15 +163,20 @@ class Job:
     timeout: float = DEFAULT_TIMEOUT
     memory_mb: int = DEFAULT_MEMORY_MB
     max_output: int = DEFAULT_MAX_OUTPUT
+    setup: list[str] = field(default_factory=list)
+    keep_output: int = DEFAULT_KEEP_OUTPUT
+    seed: int | None = None
 
     def to_wire(self) -> dict:
-        if self.mode not in ("call", "io"):
+        if self.mode not in JOB_MODES:
             raise ValueError(f"unknown job mode {self.mode!r}")
         return {"mode": self.mode, "program": str(self.program), "tests": [str(t) for t in self.tests],
                 "trusted": str(self.trusted or ""), "entry_point": self.entry_point,
                 "cases": [[str(i), str(o)] for i, o in self.cases], "partial": bool(self.partial),
                 "timeout": float(self.timeout), "memory_mb": int(self.memory_mb),
-                "max_output": int(self.max_output)}
+                "max_output": int(self.max_output), "setup": [str(c) for c in self.setup],
+                "keep_output": max(0, min(int(self.keep_output), int(self.max_output))),
+                "seed": None if self.seed is None else int(self.seed)}
 
     def budget(self) -> float:
         runs = len(self.cases) if self.mode == "io" else 1
@@ -161,7 +186,9 @@ class Job:
 @dataclass(frozen=True)
 class Result:
     """``status``: passed, failed, error (raised / did not load), timeout, crashed,
-    output_limit, invalid_test (the tests themselves are broken) or sandbox_error."""
+    output_limit, invalid_test (the tests themselves are broken) or sandbox_error;
+    in exec mode ok instead of passed and failed, exited besides (see ``Job``).
+    ``output`` and ``output_bytes``: exec mode only."""
 
     status: str
     passed: int
@@ -169,10 +196,12 @@ class Result:
     message: str
     elapsed: float
     isolation: str
+    output: str = ""
+    output_bytes: int = 0
 
     @property
     def ok(self) -> bool:
-        return self.status == "passed"
+        return self.status in ("passed", "ok")
 
 
 def _bind_args() -> list[str]:
@@ -525,7 +554,8 @@ class Sandbox:
             self._idle.put(worker)
         return Result(status=reply["status"], passed=reply["passed"], total=reply["total"],
                       message=reply.get("message", ""), elapsed=reply.get("elapsed", 0.0),
-                      isolation=self.isolation)
+                      isolation=self.isolation, output=str(reply.get("output", "")),
+                      output_bytes=int(reply.get("output_bytes", 0)))
 
     def run_many(self, jobs: list[Job]) -> list[Result]:
         """Run ``jobs`` in parallel; results in the same order. Raises RlvrError

@@ -450,10 +450,13 @@ class _Server:
         # Only what the candidate may see: never the tests or expected outputs. The
         # program text travels in a memfd (no message size limit; Z never reads it).
         spec = {"mode": mode, "timeout": job["timeout"], "memory_mb": job["memory_mb"],
-                "max_procs": job.get("max_procs", DEFAULT_MAX_PROCS)}
+                "max_procs": job.get("max_procs", DEFAULT_MAX_PROCS), "seed": job.get("seed")}
+        text = job["program"]
+        if mode == "exec":  # the earlier cells travel with the program (JSON keeps lone surrogates)
+            text = json.dumps({"setup": list(job.get("setup") or []), "program": text})
         program = os.memfd_create("program", os.MFD_CLOEXEC)
         try:
-            _write_all(program, job["program"].encode("utf-8", "surrogatepass"))
+            _write_all(program, text.encode("utf-8", "surrogatepass"))
             socket.send_fds(self.zsock, [json.dumps(spec).encode()], [program] + fds)
         finally:
             os.close(program)
@@ -517,6 +520,8 @@ class _Server:
         start = time.monotonic()
         if job["mode"] == "io":
             result = self._run_io(job)
+        elif job["mode"] == "exec":
+            result = self._run_exec(job)
         else:
             result = self._run_call(job)
         result["elapsed"] = round(time.monotonic() - start, 4)
@@ -682,6 +687,85 @@ class _Server:
         if got == _normalize_output(expected):
             return "passed", ""
         return "failed", f"expected {_short(expected, 80)!r}, got {_short(got, 80)!r}"
+
+    def _run_exec(self, job: dict) -> dict:
+        """exec mode: one run of the setup cells (quietly) and the program; what the program
+        printed comes back, its first ``keep_output`` bytes, whatever its status. The candidate
+        says on a pipe of its own how the program ended (its exception's last traceback line):
+        nothing is graded here, so that report is only ever the program's own story."""
+        deadline = time.monotonic() + job["timeout"]
+        out_r, out_w = os.pipe()
+        info_r, info_w = os.pipe()
+        try:
+            token, pidfd, pid = self._launch(job, "exec", [out_w, info_w])
+        except BaseException:
+            os.close(out_r)
+            os.close(info_r)
+            raise
+        finally:
+            os.close(out_w)
+            os.close(info_w)
+        out = _OutputSink(out_r, job["max_output"], keep=job["keep_output"])
+        info = _OutputSink(info_r, _INFO_BYTES, keep=_INFO_BYTES)
+        poller = select.poll()
+        for fd in (out_r, info_r, self.zfd, 0):
+            poller.register(fd, select.POLLIN)
+        open_streams = {out_r, info_r}
+        end = deadline
+        while (open_streams or token not in self.exits) and not out.over and time.monotonic() < end:
+            for fd, _ in poller.poll(max(0.0, end - time.monotonic()) * 1000):
+                if fd == 0:
+                    os._exit(0)
+                elif fd == self.zfd:
+                    self._zygote_message(None)
+                    if token in self.exits:
+                        end = min(end, time.monotonic() + 0.5)  # drain what is left, briefly
+                else:
+                    sink = out if fd == out_r else info
+                    if not sink.read() or (sink is info and info.over):  # a flooded report pipe: stop listening
+                        poller.unregister(fd)
+                        open_streams.discard(fd)
+        self._kill(pidfd, pid)
+        os.close(out_r)
+        os.close(info_r)
+        status, message = _exec_status(out, info, token in self.exits, self.exits.get(token), job)
+        return {"status": status, "passed": int(status == "ok"), "total": 1, "message": _short(message),
+                "output": _prefix_text(bytes(out.data), out.count > len(out.data)), "output_bytes": out.count}
+
+
+_INFO_BYTES = 8192  # the exec candidate's report of how its program ended
+
+
+def _exec_status(out: _OutputSink, info: _OutputSink, exited: bool, code: int | None, job: dict) -> tuple[str, str]:
+    """exec mode: (status, message) from the candidate's report and its exit."""
+    if out.over:
+        return "output_limit", f"output over {job['max_output']} bytes"
+    if not exited:
+        return "timeout", f"no exit within {job['timeout']} s"
+    if code is None or code < 0:
+        return "crashed", _describe_exit(code)
+    report = None
+    for line in info.text().splitlines():  # the last well-formed report counts
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if type(value) is dict and value.get("end") in ("ok", "error"):
+            report = value
+    if report is None:  # os._exit(), or the candidate died before it could say
+        return "exited", f"the program ended the process itself ({_describe_exit(code)})"
+    if report["end"] == "error":
+        return "error", str(report.get("message") or "error")
+    return "ok", ""
+
+
+def _prefix_text(data: bytes, cut: bool) -> str:
+    """Kept output as text; when it was cut, a character split at the cut is dropped."""
+    if not cut:
+        return data.decode("utf-8", "replace")
+    import codecs
+
+    return codecs.getincrementaldecoder("utf-8")("replace").decode(data, final=False)
 
 
 class _OutputSink:
@@ -1008,6 +1092,10 @@ def _candidate_main(sock: socket.socket, config: dict, workdir: str | None) -> N
     program_fd, fds = fds[0], fds[1:]
     source = os.pread(program_fd, os.fstat(program_fd).st_size, 0).decode("utf-8", "surrogatepass")
     os.close(program_fd)
+    setup, seed = [], spec.get("seed")
+    if mode == "exec":
+        cells = json.loads(source)
+        setup, source = cells["setup"], cells["program"]
     # RLIMIT_NPROC counts the processes of our uid in our user namespace (there:
     # this program's, the zygote's and its spare's; the kernel applies it even
     # where that uid is root outside). Without namespaces it counts all of the
@@ -1026,7 +1114,10 @@ def _candidate_main(sock: socket.socket, config: dict, workdir: str | None) -> N
         os.closerange(3, 1 << 16)
         chan = -1
     else:
-        chan_fd, out_fd = fds
+        if mode == "exec":  # stdout and stderr on one pipe, the end-of-run report on fd 3
+            out_fd, chan_fd = fds
+        else:
+            chan_fd, out_fd = fds
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out_fd, 1)
@@ -1034,6 +1125,8 @@ def _candidate_main(sock: socket.socket, config: dict, workdir: str | None) -> N
         os.dup2(chan_fd, 3)
         os.closerange(4, 1 << 16)
         chan = 3
+        if mode == "exec":
+            os.set_inheritable(chan, False)  # the report is this process's; its children need not hold it
     for sig in (signal.SIGPIPE, signal.SIGXFSZ):
         signal.signal(sig, signal.SIG_IGN)  # Python's own defaults
     for sig in (signal.SIGCHLD, signal.SIGTERM, signal.SIGXCPU, signal.SIGHUP, signal.SIGALRM):
@@ -1046,7 +1139,7 @@ def _candidate_main(sock: socket.socket, config: dict, workdir: str | None) -> N
     sys.stdin, sys.stdout, sys.stderr = sys.__stdin__, sys.__stdout__, sys.__stderr__
     sys.argv = ["main.py"]
     filename = os.path.join(workdir, "main.py")
-    module = types.ModuleType("__main__" if mode == "io" else "__candidate__")
+    module = types.ModuleType("__candidate__" if mode == "call" else "__main__")
     module.__file__ = filename
     module.__builtins__ = builtins
     sys.modules[module.__name__] = module
@@ -1058,8 +1151,83 @@ def _candidate_main(sock: socket.socket, config: dict, workdir: str | None) -> N
     del spec, fds, config
     if mode == "io":
         _run_main_program(source, filename, module)
+    elif mode == "exec":
+        if seed is not None:
+            random.seed(seed)  # the same draws each time the cells are replayed
+        _run_cells(setup, source, filename, module, chan)
     else:
         _serve_calls(source, filename, module, chan)
+
+
+def _run_cells(setup: list, source: str, filename: str, module: Any, info: int) -> None:
+    """exec mode: the session's earlier cells with their output discarded, then the program,
+    all in one namespace, as a notebook kernel would have run them: an exception ends its own
+    cell only. Reports on ``info`` how the program ended: ok, or its exception's last
+    traceback line (what the caller shows next to the output)."""
+    import atexit
+
+    for stream in (sys.stdout, sys.stderr):  # they share one pipe: keep their lines in order
+        stream.reconfigure(line_buffering=True)
+    g = module.__dict__
+    if setup:
+        saved = [os.dup(1), os.dup(2)]
+        null = os.open("/dev/null", os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        os.close(null)
+        for index, cell in enumerate(setup):
+            try:
+                exec(compile(str(cell), f"cell_{index}.py", "exec"), g)
+            except BaseException:  # SystemExit and KeyboardInterrupt too: they ended that cell
+                pass
+        _flush_stdio()
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in saved:
+            os.close(fd)
+    error = None
+    try:
+        exec(compile(source, filename, "exec"), g)
+        for thread in threading.enumerate():
+            if thread is not threading.main_thread() and not thread.daemon:
+                thread.join()
+    except SystemExit as e:
+        if e.code not in (None, 0):
+            error = f"SystemExit: {e.code}"
+    except BaseException as e:
+        error = _last_traceback_line(e)
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    _flush_stdio()
+    report = {"end": "ok"} if error is None else {"end": "error", "message": error}
+    try:
+        _write_all(info, (json.dumps(report) + "\n").encode())
+    except OSError:
+        pass
+    os._exit(0 if error is None else 1)
+
+
+def _flush_stdio() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+
+
+def _last_traceback_line(e: BaseException) -> str:
+    """What Python prints last for an uncaught exception (``ZeroDivisionError: division by
+    zero``); for a syntax error, with the line number its caret line would have shown."""
+    try:
+        if isinstance(e, SyntaxError):
+            return f"{type(e).__name__}: {e.msg} (line {e.lineno})"
+        import traceback
+
+        return traceback.format_exception_only(type(e), e)[0].strip()
+    except BaseException:
+        return type(e).__name__
 
 
 def _run_main_program(source: str, filename: str, module: Any) -> None:

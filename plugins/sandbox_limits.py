@@ -9,6 +9,7 @@ only, and never an import outside the standard library (today it needs none).
 DEFAULT_TIMEOUT = 10.0  # wall-clock seconds per program run
 DEFAULT_MEMORY_MB = 1024  # address space per program run
 DEFAULT_MAX_OUTPUT = 8 << 20  # stdout + stderr bytes per program run
+DEFAULT_KEEP_OUTPUT = 64 << 10  # exec mode: bytes of that output returned
 DEFAULT_MAX_PROCS = 64  # processes + threads per program (pids cgroup)
 MAX_FILE_BYTES = 64 << 20  # RLIMIT_FSIZE and the size of the private /tmp
 MAX_MESSAGE = 64 << 20  # one framed message on any channel

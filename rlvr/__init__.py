@@ -5,6 +5,7 @@ Public API for plugin authors:
 - ``hookimpl``: decorate your ``rlvr_register_*`` functions with it.
 - ``Score``: what a reward may return per sample when it wants to explain itself.
 - ``RlvrError``: raise it for bad user input; the CLI prints its message on one line and exits 2.
+- ``Reply``: what an environment's ``step`` returns (``rlvr.environments``).
 """
 
 from __future__ import annotations
@@ -31,4 +32,6 @@ class Score:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-__all__ = ["hookimpl", "Score", "RlvrError", "__version__"]
+from .environments import Reply  # noqa: E402 - after the names it may need
+
+__all__ = ["hookimpl", "Score", "RlvrError", "Reply", "__version__"]

@@ -139,6 +139,17 @@ def tasks():
 
 
 @cli.command()
+def environments():
+    """List registered multi-turn environments, with their plugin and options."""
+    import inspect
+
+    for spec in sorted(_registry().environments.values(), key=lambda s: s.name):
+        params = inspect.signature(spec.make).parameters.values()
+        options = [f"{p.name}={p.default!r}" for p in params if p.kind is p.KEYWORD_ONLY]
+        click.echo(f"{spec.name:<14} {spec.plugin:<12} options: {', '.join(options) or '-'}  - {spec.description}")
+
+
+@cli.command()
 def rewards():
     """List registered rewards: plugin, columns, optional columns, and options with their
     defaults and the values they accept."""

@@ -35,10 +35,11 @@ from typing import Any
 
 from . import RlvrError
 from .checkpoint import TrainState, check_output_dir, load_checkpoint, save_checkpoint, save_final
+from .episodes import episode_runner
 from .evaluate import evaluate_with
 from .learner import Learner, is_correction_mode
 from .logs import RunOutput
-from .metrics import MetricsLog, reduce_sums, rollout_sums, step_line, step_row
+from .metrics import MAXIMA, MetricsLog, reduce_sums, rollout_sums, step_line, step_row
 from .models import resolve_model
 from .plugins import Registry
 from .policy import build_policy, lr_multiplier, sync_weights, trainer_dtype
@@ -90,10 +91,12 @@ class Evaluator:
     world: int
     output_dir: Path
     pipeline: Pipeline  # the sampler must be idle and hold the newest weights first
+    episodes: Any = None  # the recipe's rlvr.episodes.EpisodeRunner, if it names an environment
 
     def __call__(self, tag: str, step: int) -> dict:
         self.pipeline.quiesce()
-        result, _ = evaluate_with(self.recipe, self.rewards, self.sampler, self.prompts, rank=self.rank, world=self.world)
+        result, _ = evaluate_with(self.recipe, self.rewards, self.sampler, self.prompts, rank=self.rank, world=self.world,
+                                  episodes=self.episodes)
         if self.rank == 0:
             with open(self.output_dir / "eval.jsonl", "a") as f:
                 f.write(json.dumps({"tag": tag, "step": step, **result}) + "\n")
@@ -156,13 +159,16 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
         if resume:
             state, position = load_checkpoint(backend.engine, ckpt_dir, rank=rank)
             metrics.truncate_to(state.step)
-            sync_weights(backend.module, sampler, lora=lora, zero3=zero3, bucket_bytes=bucket)
             log.info(f"resumed at step {state.step}")
+        if resume or (s.mode == "server" and s.server.urls):
+            # a running sampler named in urls may hold another run's weights: never trust it
+            sync_weights(backend.module, sampler, lora=lora, zero3=zero3, bucket_bytes=bucket)
         stream = PromptStream(len(train_set.rows), recipe.data.seed, rank, world, position)
         is_mode, want_logprobs = _importance_sampling(recipe, cuda)
+        episodes = episode_runner(recipe, registry, tokenizer, model_path)
         producer = RolloutProducer(sampler, rewards, train_set, stream, groups=recipe.prompts_per_step // world,
                                    sampling=s, dynamic_sampling=algo.dynamic_sampling, seed=t.seed, rank=rank,
-                                   logprobs=want_logprobs)
+                                   logprobs=want_logprobs, episodes=episodes)
         pipeline = Pipeline(producer, lambda: sync_weights(backend.module, sampler, lora=lora, zero3=zero3,
                                                            bucket_bytes=bucket),
                             max_staleness=s.max_staleness, total_steps=t.steps, version=state.step)
@@ -171,7 +177,8 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
                           pad_id=pad_id, device=device, ref_model=ref_model, is_mode=is_mode,
                           # transformers drops the key/value cache that prompt sharing needs under checkpointing
                           share_prompts=t.share_prompts and not recipe.model.gradient_checkpointing)
-        evaluate = Evaluator(recipe, rewards, sampler, eval_set, rank, world, output_dir, pipeline) if eval_set else None
+        evaluate = Evaluator(recipe, rewards, sampler, eval_set, rank, world, output_dir, pipeline,
+                             episodes) if eval_set else None
         summary: dict[str, Any] = {"dropped_prompts": train_set.dropped}
         if t.eval_at_start and state.step == 0:
             summary["eval_before"] = evaluate("before", 0)
@@ -187,9 +194,10 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
             state.step += 1
             pipeline.publish(state.step)
             times = {"generate": rollout.time_generate, "score": rollout.time_score, "train": train_time,
+                     **({"env": rollout.time_env} if rollout.episodes is not None else {}),
                      **pipeline.times, "step": time.perf_counter() - step_start}
             grad_norm = update.pop("grad_norm")
-            sums = reduce_sums({**rollout_sums(rollout), **update}, maxima=["len_max", "is_weight_max"])
+            sums = reduce_sums({**rollout_sums(rollout), **update}, maxima=MAXIMA)
             row = step_row(step, sums, world=world, reward_names=rollout.reward_names, times=times,
                            lr=backend.lr, grad_norm=grad_norm,  # the rate the optimizer really used
                            staleness=step - rollout.policy_version)

@@ -12,6 +12,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
+from .episodes import episode_rows, episode_runner, episode_sums
 from .metrics import reduce_sums
 from .plugins import Registry
 from .prompts import PromptSet, load_prompt_set
@@ -50,21 +51,34 @@ def eval_max_tokens(recipe: Recipe) -> int:
 
 
 def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_set: PromptSet, *, rank: int = 0,
-                  world: int = 1, keep_samples: bool = False) -> tuple[dict[str, Any], list[dict]]:
+                  world: int = 1, keep_samples: bool = False, episodes=None) -> tuple[dict[str, Any], list[dict]]:
     """Sample, score and summarise the eval prompts: (summary, this rank's per-prompt results).
-    Ranks split the prompts; the summary's counts are summed over ranks."""
+    Ranks split the prompts; the summary's counts are summed over ranks. With ``episodes`` (an
+    ``rlvr.episodes.EpisodeRunner``) each sample is an episode, and the summary has its tool figures."""
     ev = recipe.eval
     n = max(ev.k)
     temperature = ev.temperature if n == 1 else (ev.temperature or 1.0)
     mine = list(range(rank, len(eval_set.rows), world))
     prompts = [eval_set.prompts[i] for i in mine]
-    outs = sampler.generate([p.ids for p in prompts], n=n, temperature=temperature, top_p=recipe.sampling.top_p,
-                            max_tokens=eval_max_tokens(recipe), seed=12345 + rank) if mine else []
+    options = dict(n=n, temperature=temperature, top_p=recipe.sampling.top_p, max_tokens=eval_max_tokens(recipe),
+                   seed=12345 + rank)
+    flat_rows = [eval_set.rows[i] for i in mine for _ in range(n)]
+    sums = None
+    if episodes is None:
+        outs = sampler.generate([p.ids for p in prompts], **options) if mine else []
+    else:
+        rows = [eval_set.rows[i] for i in mine]
+        outs, states, sums = episodes.run(sampler, rows, [p.ids for p in prompts], **options) if mine else ([], [], None)
+        flat_rows = episode_rows(rows, n, outs, states)
+        sums = sums or episode_sums([])
     correctness = ev.correctness_reward or next(iter(recipe.rewards))
     flat = [c for group in outs for c in group]
-    flat_rows = [eval_set.rows[i] for i in mine for _ in range(n)]
     flat_prompts = [p.text for p in prompts for _ in range(n)]
     scored = score_batch(rewards, flat_prompts, [c.text for c in flat], [c.token_ids for c in flat], flat_rows) if flat else None
+    if scored is not None and episodes is not None:  # a failed environment leaves its episode unscored
+        for j, row in enumerate(flat_rows):
+            if "error" in row["env_state"]:
+                scored.values[correctness][j] = scored.total[j] = None
     per_prompt = []
     for j, i in enumerate(mine):
         values = scored.values[correctness][j * n : (j + 1) * n]
@@ -83,7 +97,10 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
     local = {"n": len(per_prompt), "pass@1": sum(p["passed"][0] for p in per_prompt),
              "maj": sum(p["maj"] for p in per_prompt), "unscorable": sum(p["unscorable"] for p in per_prompt)}
     local.update({f"pass@{k}": sum(pass_at_k(n, sum(p["passed"]), k) for p in per_prompt) for k in ks})
-    total = reduce_sums(local)
+    if sums is not None:
+        sums.pop("time_env", None)
+        local.update(sums)
+    total = reduce_sums(local, maxima=["env_turns_max"])
     count = total["n"]
     result: dict[str, Any] = {
         "n": int(count),
@@ -95,9 +112,22 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
     }
     if n > 1:
         result[f"maj@{n}"] = total["maj"] / count if count else 0.0
+    if episodes is not None:
+        result["episodes"] = episode_report(total)
     if eval_set.dropped:
         result["dropped_overlong_prompts"] = eval_set.dropped
     return result, per_prompt
+
+
+def episode_report(total: dict[str, float]) -> dict[str, float]:
+    """Per-episode means of the summed episode figures (``rlvr.episodes.episode_sums``)."""
+    count = total["episodes"] or 1.0
+    out = {"episodes": int(total["episodes"]), "turns_mean": total["env_turns"] / count,
+           "turns_max": int(total["env_turns_max"]), "policy_tokens_mean": total["env_policy_tokens"] / count,
+           "env_tokens_mean": total["env_tokens"] / count, "env_seconds_mean": total["env_seconds"] / count,
+           "env_errors": int(total["env_errors"])}
+    out.update({k[len("env/"):] + "_mean": v / count for k, v in sorted(total.items()) if k.startswith("env/")})
+    return out
 
 
 def breakdown(rows: list[dict], per_prompt: list[dict], key: str) -> dict[str, dict]:
@@ -122,10 +152,11 @@ def evaluate(recipe: Recipe, registry: Registry, output_dir: Path) -> dict[str, 
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(model_path)
-    sampler = make_sampler(recipe, model_path, longest_prompt=eval_set.longest, max_new_tokens=eval_max_tokens(recipe),
+    new_tokens = max(eval_max_tokens(recipe), recipe.episode_tokens if recipe.environment else 0)
+    sampler = make_sampler(recipe, model_path, longest_prompt=eval_set.longest, max_new_tokens=new_tokens,
                            seed=0, get_model=lambda: model, tokenizer=tokenizer)
     result, per_prompt = evaluate_with(recipe, bind_rewards(recipe.rewards, registry), sampler, eval_set,
-                                       keep_samples=True)
+                                       keep_samples=True, episodes=episode_runner(recipe, registry, tokenizer, model_path))
     rows = eval_set.rows
     for key in ("subject", "level"):
         if key in rows[0]:

@@ -98,3 +98,28 @@ def rlvr_register_tasks(register: RegisterTask) -> None:
     :param splits: The splits ``load`` accepts, ``("train", "test")`` by default; ``rlvr validate``
         rejects a recipe that asks for another.
     """
+
+
+class RegisterEnvironment(Protocol):
+    """The ``register`` that ``rlvr_register_environments`` receives."""
+
+    def __call__(self, name: str, make: Callable[..., Any], description: str | None = None) -> None: ...
+
+
+@hookspec
+def rlvr_register_environments(register: RegisterEnvironment) -> None:
+    """Register multi-turn environments: call ``register(name, make, description=None)`` once for each.
+
+    Called each time the host loads its registry; a name registered twice fails, naming both plugins.
+
+    :param register: The host's callback, :class:`RegisterEnvironment`.
+    :param name: The environment's name in recipes (``environment.name``; letters, digits, ``_-.``).
+    :param make: ``make(row, **options)`` builds the environment of one episode from its prompt
+        row (a dict of the task's columns). It returns an object with ``stop`` (strings that end
+        the policy's turn) and ``step(turn) -> rlvr.Reply``, and optionally ``state`` (a dict
+        the rewards get as the ``env_state`` column) and ``close()``
+        (:class:`rlvr.environments.Environment`). ``make``'s keyword-only parameters with
+        defaults are its options, set by a recipe under ``environment.options`` and checked
+        from their annotations like a reward's.
+    :param description: One line for ``rlvr environments``; default: the first line of ``make``'s docstring.
+    """

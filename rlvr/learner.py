@@ -68,6 +68,18 @@ def behaviour_logprobs(completions: Sequence, like: torch.Tensor) -> torch.Tenso
     return out.to(like.device)
 
 
+def policy_mask(mask: torch.Tensor, token_masks: Sequence[list[int] | None]) -> torch.Tensor:
+    """The completion mask ``[B, C]`` with an episode's environment tokens (0 in its
+    ``Completion.mask``) taken out: only the policy's own tokens are trained on."""
+    if all(m is None for m in token_masks):
+        return mask
+    out = mask.clone()
+    for row, m in enumerate(token_masks):
+        if m is not None:
+            out[row, : len(m)] *= torch.tensor(m, dtype=out.dtype, device=out.device)
+    return out
+
+
 def sequence_weights(keep: Sequence[bool], truncated: Sequence[bool], mask_truncated: bool) -> list[float]:
     """1.0 for sequences the loss counts: a baseline exists, and not truncated when masked."""
     return [float(k and not (mask_truncated and t)) for k, t in zip(keep, truncated)]
@@ -110,7 +122,8 @@ class Learner:
         # log-probs are kept per micro-batch of this plan.
         plan = plan_micro_batches([len(p) for p in prompts], rollout.lengths, k, self.micro, self.share_prompts)
         batches = [([prompts[i] for i in idx], [completions[i] for i in idx]) for idx in plan]
-        rewards = shape_rewards(rollout.rewards, rollout.lengths, k, algo.length_penalty)
+        rewards = shape_rewards(rollout.rewards, rollout.policy_lengths, k, algo.length_penalty)
+        masks = [c.mask for c in rollout.completions]  # episodes: the environment's tokens are not trained on
         need_old = algo.ppo_epochs > 1
         kl_in_reward = kl.beta > 0 and kl.target == "reward"
         old, ref, kl_seq = [], [], [0.0] * n
@@ -118,6 +131,7 @@ class Learner:
             for idx, batch in zip(plan, batches):
                 if need_old or kl_in_reward:
                     lp, mask, _ = self.logprobs(self.backend.policy, *batch)
+                    mask = policy_mask(mask, [masks[i] for i in idx])
                     old.append(lp)
                 if kl.beta > 0:
                     ref.append(self._reference(*batch))
@@ -129,7 +143,8 @@ class Learner:
             rewards = [None if r is None else r - kl.beta * v for r, v in zip(rewards, kl_seq)]
         advantages, keep, groups = rloo_advantages(rewards, k, algo.normalize_advantages)
         weights = sequence_weights(keep, rollout.truncated, algo.mask_truncated)
-        norm = reduce_sums({"tokens": sum(l * w for l, w in zip(rollout.lengths, weights)), "seqs": sum(weights)})
+        norm = reduce_sums({"tokens": sum(l * w for l, w in zip(rollout.policy_lengths, weights)),
+                            "seqs": sum(weights)})
         clip = (algo.clip.eps_low, algo.clip.eps_high) if algo.clip else None
         stats = dict.fromkeys(("loss", "kl", "entropy", "clip_low", "clip_high", "tokens"), 0.0)
         # Importance weights between the sampler (behaviour) and the policy this update starts
@@ -142,6 +157,7 @@ class Learner:
             first = epoch == 0
             for j, (idx, batch) in enumerate(zip(plan, batches)):
                 logp, resp_mask, entropy = self.logprobs(self.backend.policy, *batch, want_entropy=first)
+                resp_mask = policy_mask(resp_mask, [masks[i] for i in idx])
                 mask = resp_mask * torch.tensor([weights[i] for i in idx], device=self.device).unsqueeze(-1)
                 adv = torch.tensor([advantages[i] for i in idx], device=self.device, dtype=torch.float32)
                 proximal = old[j] if need_old else logp.detach()

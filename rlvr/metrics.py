@@ -28,6 +28,11 @@ def reduce_sums(stats: Mapping[str, float], maxima: Iterable[str] = ()) -> dict[
         return dict(stats)
     import torch
 
+    if "episodes" in stats:  # environments report metrics of their own: the union of every rank's names
+        names: list = [None] * dist.get_world_size()
+        dist.all_gather_object(names, sorted(n for n in stats if n.startswith("env/")))
+        stats = {**dict.fromkeys((n for ns in names for n in ns), 0.0), **stats}
+
     maxima = set(maxima) & set(stats)
     names = sorted(stats)
     check = float(zlib.crc32("\0".join(names).encode()))
@@ -55,7 +60,12 @@ def rollout_sums(rollout) -> dict[str, float]:
     for name in rollout.reward_names:
         values = [v for v in rollout.reward_values[name] if v is not None]
         sums[f"reward/{name}/sum"], sums[f"reward/{name}/n"] = sum(values), len(values)
+    if rollout.episodes is not None:
+        sums.update(rollout.episodes)
     return sums
+
+
+MAXIMA = ("len_max", "is_weight_max", "env_turns_max")  # reduced over ranks by max, not sum
 
 
 def _ratio(a: float, b: float, empty: float = 0.0) -> float:
@@ -94,6 +104,15 @@ def step_row(step: int, s: Mapping[str, float], *, world: int, reward_names: Ite
             row[f"{name}_frac"] = times[name] / times["step"]
     for name in reward_names:
         row[f"reward/{name}"] = _ratio(s[f"reward/{name}/sum"], s[f"reward/{name}/n"], math.nan)
+    if "episodes" in s:  # per episode: turns, tokens (the environment's vs the policy's), tool figures
+        n = s["episodes"]
+        row.update({
+            "env_turns_mean": _ratio(s["env_turns"], n), "env_turns_max": int(s["env_turns_max"]),
+            "env_tokens_mean": _ratio(s["env_tokens"], n), "policy_tokens_mean": _ratio(s["env_policy_tokens"], n),
+            "env_errors": int(s["env_errors"]), "env_seconds_mean": _ratio(s["env_seconds"], n),
+        })
+        for name in sorted(k for k in s if k.startswith("env/")):
+            row[name] = _ratio(s[name], n)
     if "is_tokens" in s:  # the sampler's log-probs came back: its mismatch with the trainer
         row.update({
             "is_weight_mean": _ratio(s["is_weight"], s["is_tokens"]),

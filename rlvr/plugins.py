@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 import pluggy
 
 from . import RlvrError, hookspecs
-from .hookspecs import RegisterReward, RegisterTask
+from .hookspecs import RegisterEnvironment, RegisterReward, RegisterTask
 from .options import OptionChecker, did_you_mean, option_checker
 
 PROJECT = "rlvr"
@@ -161,16 +161,29 @@ class TaskSpec:
     splits: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class EnvironmentSpec:
+    name: str
+    make: Callable[..., Any]  # make(row, **options) -> rlvr.environments.Environment
+    description: str
+    plugin: str
+    version: str
+
+
 @dataclass
 class Registry:
     rewards: dict[str, RewardSpec] = field(default_factory=dict)
     tasks: dict[str, TaskSpec] = field(default_factory=dict)
+    environments: dict[str, EnvironmentSpec] = field(default_factory=dict)
 
     def reward(self, name: str) -> RewardSpec:
         return _lookup(self.rewards, name, "reward")
 
     def task(self, name: str) -> TaskSpec:
         return _lookup(self.tasks, name, "task")
+
+    def environment(self, name: str) -> EnvironmentSpec:
+        return _lookup(self.environments, name, "environment")
 
 
 def _lookup(table: dict, name: str, kind: str):
@@ -218,7 +231,7 @@ def load_registry(pm: pluggy.PluginManager | None = None) -> Registry:
 
     plugins = pm.get_plugins()
 
-    def call_each(hook_name: str, make_register: Callable[[str, str], RegisterReward | RegisterTask]) -> None:
+    def call_each(hook_name: str, make_register: Callable[[str, str], Any]) -> None:
         # One plugin at a time (through pluggy, so tracing sees it) to know who registered what.
         for plugin in plugins:
             if not any(impl.plugin is plugin for impl in getattr(pm.hook, hook_name).get_hookimpls()):
@@ -264,8 +277,18 @@ def load_registry(pm: pluggy.PluginManager | None = None) -> Registry:
 
         return register
 
+    def environment_registrar(plugin: str, version: str) -> RegisterEnvironment:
+        def register(name: str, make: Callable[..., Any], description: str | None = None) -> None:
+            _check_name(name, "environment", registry.environments, plugin)
+            if not callable(make):
+                raise RlvrError(f"plugin {plugin!r}: environment {name!r}: make must be callable, not {make!r}")
+            registry.environments[name] = EnvironmentSpec(name, make, _describe(make, description), plugin, version)
+
+        return register
+
     call_each("rlvr_register_rewards", reward_registrar)
     call_each("rlvr_register_tasks", task_registrar)
+    call_each("rlvr_register_environments", environment_registrar)
     return registry
 
 

@@ -238,6 +238,17 @@ class EvalConfig(Strict):
         return sorted(set(value))
 
 
+class EnvironmentConfig(Strict):
+    """A multi-turn environment (``rlvr_register_environments``): each sample is an episode."""
+
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    max_turns: int = Field(default=4, ge=1, le=1000)  # policy turns per episode
+    # Tokens after the prompt per episode, the policy's and the environment's; default
+    # sampling.max_tokens (each policy turn is also capped at sampling.max_tokens).
+    max_tokens: int | None = Field(default=None, ge=1)
+
+
 class Recipe(Strict):
     name: str
     description: str = ""
@@ -250,12 +261,18 @@ class Recipe(Strict):
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    environment: EnvironmentConfig | None = None
     # Named sets of overrides, e.g. a CPU-sized variant: `rlvr train RECIPE --profile cpu`.
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
 
     @field_validator("task", mode="before")
     @classmethod
     def _task_shorthand(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @field_validator("environment", mode="before")
+    @classmethod
+    def _environment_shorthand(cls, value: Any) -> Any:
         return {"name": value} if isinstance(value, str) else value
 
     @field_validator("rewards", mode="before")
@@ -310,6 +327,12 @@ class Recipe(Strict):
             raise ValueError("sampling.max_staleness >= 1 needs sampling.backend: vllm (the HF sampler generates "
                              "with the very weights being trained, so it cannot run ahead)")
         return self
+
+    @property
+    def episode_tokens(self) -> int:
+        """Tokens a sample may have after its prompt: one completion, or a whole episode."""
+        env = self.environment
+        return env.max_tokens or self.sampling.max_tokens if env else self.sampling.max_tokens
 
     @property
     def prompts_per_step(self) -> int:
@@ -541,6 +564,14 @@ def resolve(recipe: Recipe, registry: Registry) -> None:
     _check_task(registry, recipe.task, recipe.prompt, [recipe.data.train_split], recipe, "")
     _check_task(registry, recipe.eval_task, recipe.eval_prompt, [recipe.eval_split], recipe, "eval.")
     _check_correctness(recipe)
+    if recipe.environment is None and "environment" in recipe.rewards:
+        raise RlvrError("reward 'environment' is the score of an episode's environment, but the recipe names no "
+                        "environment (add environment: {name: ...}; `rlvr environments` lists them)")
+    if recipe.environment is not None:
+        env = recipe.environment
+        spec = registry.environment(env.name)
+        env.options = {**env.options, **_check_options(spec.make, spec.name, "environment", spec.plugin, env.options,
+                                                       "environment.options")}
 
 
 def _check_task(registry: Registry, ref: TaskRef, prompt: PromptConfig, splits: list[str], recipe: Recipe, where: str) -> None:
@@ -599,25 +630,31 @@ def _check_prompt(registry: Registry, task, prompt: PromptConfig, recipe: Recipe
 
 
 def _check_task_options(task, options: dict, where: str) -> dict:
-    """A task's options are its loader's keyword-only parameters (but ``data_dir``), checked from
-    their annotations as reward options are; with ``**kwargs`` it takes other names too."""
-    params = inspect.signature(task.load).parameters
+    """A task's options are its loader's keyword-only parameters (but ``data_dir``)."""
+    return _check_options(task.load, task.name, "task", task.plugin, options, f"{where}task.options")
+
+
+def _check_options(fn, name: str, kind: str, plugin: str, options: dict, where: str) -> dict:
+    """Options of a task loader or an environment's ``make``: its keyword-only parameters (but
+    ``data_dir``), checked from their annotations as reward options are; with ``**kwargs`` it
+    takes other names too."""
+    params = inspect.signature(fn).parameters
     open_ended = any(p.kind is p.VAR_KEYWORD for p in params.values())
     allowed = {n: p.default for n, p in params.items() if p.kind is p.KEYWORD_ONLY and n != "data_dir"}
     for option in options:
         if option not in allowed and not open_ended:
             raise RlvrError(
-                f"{where}task.options: task {task.name!r} has no option {option!r}"
+                f"{where}: {kind} {name!r} has no option {option!r}"
                 f"{did_you_mean(option, allowed)}; options: {', '.join(allowed) or 'none'}"
             )
     try:
-        checker = option_checker(task.name, task.load, allowed, kind="task")
+        checker = option_checker(name, fn, allowed, kind=kind)
     except TypeError as exc:
-        raise RlvrError(f"plugin {task.plugin!r}: task {task.name!r}: {exc}") from None
+        raise RlvrError(f"plugin {plugin!r}: {kind} {name!r}: {exc}") from None
     try:
         return checker.check({k: v for k, v in options.items() if k in allowed})
     except RlvrError as exc:
-        raise RlvrError(f"{where}task.options: {exc}") from None
+        raise RlvrError(f"{where}: {exc}") from None
 
 
 def _check_correctness(recipe: Recipe) -> None:

@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
+from .episodes import episode_rows
 from .prompts import PromptSet
 from .rewards import BoundReward, score_batch
 from .samplers import Completion, Sampler
@@ -58,6 +59,8 @@ class Rollout:
     time_score: float = 0.0
     policy_version: int = 0  # optimizer steps the sampler's weights had taken when it sampled these
     stream_position: int = 0  # this rank's prompt-stream position after taking these prompts
+    episodes: dict[str, float] | None = None  # sums over the episodes (rlvr.episodes.episode_sums)
+    time_env: float = 0.0  # wall seconds waiting for the environments (part of time_generate)
 
     @property
     def reward_names(self) -> list[str]:
@@ -69,7 +72,13 @@ class Rollout:
 
     @property
     def lengths(self) -> list[int]:
+        """Tokens after each prompt (an episode's: the policy's and the environment's)."""
         return [len(c.token_ids) for c in self.completions]
+
+    @property
+    def policy_lengths(self) -> list[int]:
+        """Tokens the policy sampled, per sequence: what the loss and length penalties count."""
+        return [c.policy_tokens for c in self.completions]
 
     @property
     def truncated(self) -> list[bool]:
@@ -86,34 +95,50 @@ class RolloutProducer:
     """Samples and scores this rank's share of every step's prompts."""
 
     def __init__(self, sampler: Sampler, rewards: Sequence[BoundReward], prompts: PromptSet, stream: PromptStream,
-                 *, groups: int, sampling, dynamic_sampling, seed: int, rank: int = 0, logprobs: bool = False):
-        """``logprobs``: ask the sampler for each sampled token's log-prob (importance sampling)."""
+                 *, groups: int, sampling, dynamic_sampling, seed: int, rank: int = 0, logprobs: bool = False,
+                 episodes=None):
+        """``logprobs``: ask the sampler for each sampled token's log-prob (importance sampling);
+        ``episodes``: an ``rlvr.episodes.EpisodeRunner`` when each sample is an episode."""
         self.sampler, self.rewards, self.prompts, self.stream = sampler, list(rewards), prompts, stream
         self.groups, self.sampling, self.dynamic, self.seed, self.rank = groups, sampling, dynamic_sampling, seed, rank
-        self.logprobs = logprobs
+        self.logprobs, self.episodes = logprobs, episodes
+
+    def _sample(self, wanted: list[int], k: int, seed: int):
+        """(completions grouped by prompt, rows for the rewards, episode sums or None)."""
+        prompt_ids = [self.prompts.prompts[i].ids for i in wanted]
+        rows = [self.prompts.rows[i] for i in wanted]
+        options = dict(n=k, temperature=self.sampling.temperature, top_p=self.sampling.top_p,
+                       max_tokens=self.sampling.max_tokens, seed=seed, logprobs=self.logprobs)
+        if self.episodes is None:
+            return self.sampler.generate(prompt_ids, **options), [r for r in rows for _ in range(k)], None
+        outs, states, sums = self.episodes.run(self.sampler, rows, prompt_ids, **options)
+        return outs, episode_rows(rows, k, outs, states), sums
 
     def produce(self, step: int) -> Rollout:
         k = self.sampling.num_generations
         kept: list[tuple[int, list[Completion], list[float | None], dict[str, list]]] = []
         errors = rounds = 0
         t_gen = t_score = 0.0
+        episodes: dict[str, float] | None = None
         wanted = self.stream.take(self.groups)
         while wanted:
             rounds += 1
             last_round = not self.dynamic.enabled or rounds >= self.dynamic.max_rounds
             t0 = time.perf_counter()
-            outs = self.sampler.generate(
-                [self.prompts.prompts[i].ids for i in wanted], n=k, temperature=self.sampling.temperature,
-                top_p=self.sampling.top_p, max_tokens=self.sampling.max_tokens,
-                seed=self.seed * 1_000_003 + step * 1_009 + rounds * 101 + self.rank, logprobs=self.logprobs)
+            outs, rows, sums = self._sample(wanted, k, self.seed * 1_000_003 + step * 1_009 + rounds * 101 + self.rank)
             t1 = time.perf_counter()
             flat = [c for group in outs for c in group]
             scored = score_batch(
                 self.rewards, [self.prompts.prompts[i].text for i in wanted for _ in range(k)],
-                [c.text for c in flat], [c.token_ids for c in flat],
-                [self.prompts.rows[i] for i in wanted for _ in range(k)])
+                [c.text for c in flat], [c.token_ids for c in flat], rows)
             t_gen, t_score = t_gen + t1 - t0, t_score + time.perf_counter() - t1
             errors += sum(scored.errors.values())
+            if sums is not None:  # an episode whose environment failed is left unscored
+                for i, row in enumerate(rows):
+                    if "error" in row["env_state"]:
+                        scored.total[i] = None
+                episodes = {n: max(v, (episodes or {}).get(n, v)) if n.endswith("_max")
+                            else v + (episodes or {}).get(n, 0.0) for n, v in sums.items()}
             for g, index in enumerate(wanted):
                 part = slice(g * k, (g + 1) * k)
                 if not last_round and zero_variance(scored.total[part]):
@@ -128,7 +153,8 @@ class RolloutProducer:
             rewards=[r for _, _, rs, _ in kept for r in rs],
             reward_values={n: [v for *_, vals in kept for v in vals[n]] for n in names},
             reward_errors=errors, rounds=rounds, time_generate=t_gen, time_score=t_score,
-            stream_position=self.stream.position,
+            stream_position=self.stream.position, episodes=episodes,
+            time_env=episodes.pop("time_env", 0.0) if episodes else 0.0,
         )
 
 

@@ -26,14 +26,33 @@ class Completion:
     token_ids: list[int]
     truncated: bool  # stopped by max_tokens, not by an end-of-sequence token
     logprobs: list[float] | None = None  # per sampled token, at the sampling temperature (when asked)
+    # An episode's (rlvr.episodes): 1 on the policy's tokens, 0 on the environment's; None: all 1.
+    mask: list[int] | None = None
+
+    @property
+    def policy_tokens(self) -> int:
+        """Tokens the policy sampled (what the loss and the length penalties count)."""
+        return len(self.token_ids) if self.mask is None else sum(self.mask)
+
+
+def per_prompt(value: int | Sequence[int], count: int) -> list[int]:
+    """``max_tokens`` for each of ``count`` prompts: one for all, or one each."""
+    if isinstance(value, int):
+        return [value] * count
+    if len(value) != count:
+        raise ValueError(f"{len(value)} max_tokens for {count} prompts")
+    return list(value)
 
 
 class Sampler(Protocol):
     """What the trainer and evaluation need from a sampler."""
 
     def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
-                 max_tokens: int, seed: int | None = None, logprobs: bool = False) -> list[list[Completion]]:
-        """``n`` completions for each prompt, grouped by prompt, in prompt order."""
+                 max_tokens: int | Sequence[int], seed: int | None = None, logprobs: bool = False,
+                 stop: Sequence[str] = ()) -> list[list[Completion]]:
+        """``n`` completions for each prompt, grouped by prompt, in prompt order; ``max_tokens``
+        for all prompts or one per prompt. A completion also ends after the token that completes
+        one of the ``stop`` strings (kept in it)."""
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Replace the sampler's weights with ``(Hugging Face name, tensor)`` pairs; drain them all."""
@@ -135,12 +154,14 @@ class VLLMSampler:
                                            device=torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device()))
 
     def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
-                 max_tokens: int, seed: int | None = None, logprobs: bool = False) -> list[list[Completion]]:
+                 max_tokens: int | Sequence[int], seed: int | None = None, logprobs: bool = False,
+                 stop: Sequence[str] = ()) -> list[list[Completion]]:
         from vllm import SamplingParams
 
-        params = [SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens,
-                                 seed=prompt_seed(seed, i), logprobs=0 if logprobs else None)
-                  for i in range(len(prompt_ids))]
+        params = [SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=limit,
+                                 seed=prompt_seed(seed, i), logprobs=0 if logprobs else None,
+                                 stop=list(stop) or None, include_stop_str_in_output=True)
+                  for i, limit in enumerate(per_prompt(max_tokens, len(prompt_ids)))]
         outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompt_ids], params, use_tqdm=False)
         return [[self._completion(o, logprobs) for o in out.outputs] for out in outputs]
 
@@ -178,7 +199,8 @@ class HFSampler:
 
     @torch.no_grad()
     def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
-                 max_tokens: int, seed: int | None = None, logprobs: bool = False) -> list[list[Completion]]:
+                 max_tokens: int | Sequence[int], seed: int | None = None, logprobs: bool = False,
+                 stop: Sequence[str] = ()) -> list[list[Completion]]:
         """With ``logprobs`` transformers keeps every step's processed scores ([rows, vocabulary]
         each), so ask for them on small batches only."""
         model = self.get_model()
@@ -191,10 +213,13 @@ class HFSampler:
         width = input_ids.shape[1]
         if seed is not None:
             torch.manual_seed(seed)
-        kwargs = dict(do_sample=temperature > 0, max_new_tokens=max_tokens, num_return_sequences=n,
+        limits = per_prompt(max_tokens, len(prompt_ids))
+        kwargs = dict(do_sample=temperature > 0, max_new_tokens=max(limits), num_return_sequences=n,
                       pad_token_id=pad, synced_gpus=self.synced, return_dict_in_generate=True, output_scores=logprobs)
         if temperature > 0:
             kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
+        if stop:
+            kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
         out = model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
         if was_training:
             model.train()
@@ -206,11 +231,13 @@ class HFSampler:
         groups: list[list[Completion]] = []
         for i, row in enumerate(new.tolist()):
             ids, truncated = [], True
-            for token in row:
+            for token in row[: limits[i // n]]:
                 ids.append(token)
                 if token in eos:
                     truncated = False
                     break
+            if stop:
+                ids, truncated = cut_at_stop(ids, truncated, self.tokenizer, stop)
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
             if i % n == 0:
                 groups.append([])
@@ -223,6 +250,18 @@ class HFSampler:
 
     def close(self) -> None:
         pass
+
+
+def cut_at_stop(ids: list[int], truncated: bool, tokenizer, stop: Sequence[str]) -> tuple[list[int], bool]:
+    """``ids`` up to the token that completes the first ``stop`` string (not truncated then);
+    unchanged when none occurs. Decodes growing prefixes: turns are short."""
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    if not any(s in text for s in stop):
+        return ids, truncated
+    for end in range(1, len(ids) + 1):
+        if any(s in tokenizer.decode(ids[:end], skip_special_tokens=True) for s in stop):
+            return ids[:end], False
+    return ids, truncated
 
 
 def _eos_ids(model, tokenizer) -> list[int]:

@@ -4,8 +4,9 @@ Rank 0 starts ``sampling.server.count`` processes (or the recipe names running o
 ``sampling.server.urls``); every trainer rank sends its prompts to one of them (rank ``r`` to
 ``r % count``) and reads back completions with their token ids and log-probs. Weights go from
 the trainer to every sampler worker by collective broadcast (``rlvr.weight_sync``), driven
-through vLLM's own weight-transfer routes; with several trainer ranks the samplers are paused
-(``/pause?mode=wait``: in-flight requests finish first) while the weights change.
+through vLLM's own weight-transfer routes; the samplers are paused while the weights change
+(``/pause?mode=wait``: in-flight requests finish first, and the prefix cache the old weights
+computed is dropped).
 
 Every wait has a deadline: start-up (``start_timeout_s``), each request and each collective
 (``timeout_s``). A sampler process that exits or stops answering ends the run with one line
@@ -29,7 +30,7 @@ from typing import Iterable, Sequence
 import torch
 
 from . import RlvrError
-from .samplers import Completion, prompt_seed, sampler_dtype
+from .samplers import Completion, per_prompt, prompt_seed, sampler_dtype
 from .weight_sync import Broadcaster, free_port
 
 _LOGS_TAIL = 4000
@@ -206,13 +207,17 @@ class ServerSampler:
             raise self._explain(url, exc) from None
 
     def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
-                 max_tokens: int, seed: int | None = None, logprobs: bool = False) -> list[list[Completion]]:
+                 max_tokens: int | Sequence[int], seed: int | None = None, logprobs: bool = False,
+                 stop: Sequence[str] = ()) -> list[list[Completion]]:
         """One request per prompt, all in flight at once (vLLM batches them), each with its own seed."""
+
+        limits = per_prompt(max_tokens, len(prompt_ids))
 
         def one(i: int) -> list[Completion]:
             body = {"model": "policy", "prompt": list(prompt_ids[i]), "n": n, "temperature": temperature, "top_p": top_p,
-                    "max_tokens": max_tokens, "seed": prompt_seed(seed, i), "return_token_ids": True,
-                    "skip_special_tokens": True, **({"logprobs": 0} if logprobs else {})}
+                    "max_tokens": limits[i], "seed": prompt_seed(seed, i), "return_token_ids": True,
+                    "skip_special_tokens": True, **({"logprobs": 0} if logprobs else {}),
+                    **({"stop": list(stop), "include_stop_str_in_output": True} if stop else {})}
             choices = sorted(self._post(self.url, "/v1/completions", body)["choices"], key=lambda c: c["index"])
             if len(choices) != n:
                 raise RlvrError(f"the sampler at {self.url} returned {len(choices)} completions for {n}")
@@ -232,9 +237,10 @@ class ServerSampler:
             for _ in weights:  # not the sender: only the trainer-side gathers (ZeRO-3) need this rank
                 pass
         else:
-            shared = self.world > 1
-            if shared:  # other ranks may still be sampling: let their requests finish, hold new ones
-                self._each(lambda u: self._post(u, "/pause", params={"mode": "wait"}))
+            # Requests in flight (other ranks', or this rank's next batch) finish on the old
+            # weights, new ones wait; the pause also drops the prefix cache, whose keys and values
+            # the old weights computed (vLLM's weight-update routes keep it).
+            self._each(lambda u: self._post(u, "/pause", params={"mode": "wait", "clear_cache": "true"}))
             try:
                 self.broadcaster.send(weights)
             except RlvrError:
@@ -244,8 +250,7 @@ class ServerSampler:
                     if p.problem():
                         raise RlvrError(p.problem() + " during a weight sync") from None
                 raise RlvrError(f"weight sync to the samplers failed: {str(exc).splitlines()[0][:300]}") from None
-            if shared:
-                self._each(lambda u: self._post(u, "/resume"))
+            self._each(lambda u: self._post(u, "/resume"))
         if self.world > 1:
             import torch.distributed as dist
 
@@ -334,11 +339,12 @@ def run_evaluates(recipe) -> bool:
 
 def run_lengths(recipe, train_set, eval_set=None) -> tuple[int, int]:
     """(longest prompt, most new tokens) a training run's sampler must hold: the train prompts with
-    ``sampling.max_tokens``, and with ``eval_set`` (the run evaluates) its prompts and eval's max_tokens."""
+    ``sampling.max_tokens`` (an episode's budget under an environment), and with ``eval_set``
+    (the run evaluates) its prompts and eval's max_tokens."""
     from .evaluate import eval_max_tokens
 
     longest = max(train_set.longest, eval_set.longest if eval_set else 0)
-    return longest, max(recipe.sampling.max_tokens, eval_max_tokens(recipe) if eval_set else 0)
+    return longest, max(recipe.episode_tokens, eval_max_tokens(recipe) if eval_set else 0)
 
 
 def sampler_launch(recipe, registry, *, host: str, port: int) -> tuple[list[str], dict[str, str]]:

@@ -49,6 +49,29 @@ def test_plugin(tmp_path_factory):
         @hookimpl
         def rlvr_register_rewards(register):
             register("even_tokens", even_tokens)
+
+        class Ticker:
+            """A random model's turn soon has an "e" in it; each is answered inline, twice."""
+            stop = ("e",)
+
+            def __init__(self, row, replies):
+                self.state = {"replies": 0, "left": replies}
+
+            def step(self, turn):
+                from rlvr import Reply
+
+                self.state["replies"] += 1
+                self.state["left"] -= 1
+                return Reply(f" [tick {self.state['replies']}]", done=self.state["left"] <= 0,
+                             metrics={"tool_calls": 1})
+
+        def ticker(row, *, replies: int = 2):
+            """Answers every turn of the policy with a tick."""
+            return Ticker(row, replies)
+
+        @hookimpl
+        def rlvr_register_environments(register):
+            register("ticker", ticker)
     '''))
     info = root / "rlvr_testplug-0.0.dist-info"
     info.mkdir()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rlvr import hookimpl, hookspecs
+from rlvr import Reply, hookimpl, hookspecs
 from rlvr.plugins import get_plugin_manager, load_registry, reward_signature
 from rlvr.rewards import BoundReward, call_reward
 from test_readme import check_recipe, fenced_blocks, recipe_blocks
@@ -181,12 +181,15 @@ def test_every_docs_example_runs(tmp_path):
         pm = get_plugin_manager(load_entry_points=False)
         pm.register(docs_plugin(index, source))
         registry = load_registry(pm)
-        assert registry.rewards or registry.tasks, f"python block {index} registers nothing"
+        assert registry.rewards or registry.tasks or registry.environments, f"python block {index} registers nothing"
         for spec in registry.rewards.values():
             check_parameter_comments(source, spec.fn)
             rows = [{column: "42" for column in spec.columns}]
             values, _, error = call_reward(BoundReward(spec), ["What is 6 * 7?"], ["42"], [None], rows)
             assert error is None and len(values) == 1, (spec.name, error)
+        for spec in registry.environments.values():
+            env = spec.make({"question": "What is 6 * 7?", "answer": "42"})
+            assert env.stop and isinstance(env.step("It is 42."), Reply), spec.name
         for spec in registry.tasks.values():
             for split in spec.splits:
                 rows = list(itertools.islice(spec.load(split, data_dir=tmp_path), 3))

@@ -41,7 +41,7 @@ class TaskPlugin:
 
 def test_every_hookspec_is_documented_and_exercised():
     specs = [name for name in dir(hookspecs) if name.startswith("rlvr_")]
-    assert sorted(specs) == ["rlvr_register_rewards", "rlvr_register_tasks"]
+    assert sorted(specs) == ["rlvr_register_environments", "rlvr_register_rewards", "rlvr_register_tasks"]
     for name in specs:
         fn = getattr(hookspecs, name)
         assert inspect.getdoc(fn), name
@@ -67,6 +67,41 @@ def test_hook_rlvr_register_tasks():
     spec = registry.task("toy")
     assert spec.columns == ("q", "answer") and spec.description == "a toy"
     assert len(list(spec.load("train", data_dir=None))) == 3
+
+
+class EnvPlugin:
+    @staticmethod
+    @hookimpl
+    def rlvr_register_environments(register):
+        from rlvr import Reply
+
+        class Echo:
+            stop = ("\n",)
+
+            def __init__(self, row, times):
+                self.left = times
+
+            def step(self, turn):
+                self.left -= 1
+                return Reply(turn.upper(), done=self.left <= 0)
+
+        def make(row, *, times: int = 2):
+            """Echoes the policy's turn in capitals."""
+            return Echo(row, times)
+
+        register("echo", make)
+
+
+def test_hook_rlvr_register_environments():
+    registry = load_registry(manager_with(EnvPlugin()))
+    spec = registry.environment("echo")
+    assert (spec.plugin, spec.description) == ("p0", "Echoes the policy's turn in capitals.")
+    env = spec.make({"q": "1"}, times=1)
+    assert env.step("ab") == __import__("rlvr").Reply("AB", done=True)
+    with pytest.raises(RlvrError, match="unknown environment 'ecko'.*did you mean 'echo'"):
+        registry.environment("ecko")
+    with pytest.raises(RlvrError, match="environment 'echo' is registered twice"):
+        load_registry(manager_with(EnvPlugin(), EnvPlugin()))
 
 
 def test_duplicate_names_fail_naming_both_plugins():

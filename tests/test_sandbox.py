@@ -107,50 +107,56 @@ def test_reports_isolation_and_limits(box):
 # -- resource abuse -------------------------------------------------------------
 
 
+# The attacks' program texts are module constants (or builders) that tests/test_python_env.py
+# runs again as tool calls.
+FORK_BOMB = (
+    "import os\n"
+    "while True:\n"
+    "    try:\n"
+    "        os.fork()\n"
+    "    except OSError:\n"
+    "        pass\n"
+)
+MEMORY_BOMB = "x = []\nwhile True:\n    x.append(b'\\1' * (64 << 20))\n"
+MEMORY_BOMB_PROCESSES = (
+    "import os, time\n"
+    "for _ in range(12):\n"
+    "    if os.fork() == 0:\n"
+    "        x = b'\\1' * (200 << 20)\n"
+    "        time.sleep(60)\n"
+    "time.sleep(60)\n"
+)
+IGNORE_SIGNALS = (
+    "import signal\n"
+    "for s in (signal.SIGTERM, signal.SIGINT, signal.SIGXCPU, signal.SIGALRM, signal.SIGHUP):\n"
+    "    signal.signal(s, signal.SIG_IGN)\n"
+)
+SLEEP_FOREVER = "import time\ntime.sleep(10 ** 6)\n"
+
+
 def test_fork_bomb(box):
-    program = (
-        "import os\n"
-        "while True:\n"
-        "    try:\n"
-        "        os.fork()\n"
-        "    except OSError:\n"
-        "        pass\n"
-    )
     start = time.monotonic()
-    assert_no_pass(call(box, program, timeout=HANG_TIMEOUT))
+    assert_no_pass(call(box, FORK_BOMB, timeout=HANG_TIMEOUT))
     assert time.monotonic() - start < HANG_TIMEOUT + 10
     assert_clean(box)
 
 
 def test_memory_bomb_single_process(box):
-    program = "x = []\nwhile True:\n    x.append(b'\\1' * (64 << 20))\n" + WRONG
-    result = call(box, program, memory_mb=256)
+    result = call(box, MEMORY_BOMB + WRONG, memory_mb=256)
     assert_no_pass(result)
     assert "MemoryError" in result.message
     assert_clean(box)
 
 
 def test_memory_bomb_across_processes(box):
-    program = (
-        "import os, time\n"
-        "for _ in range(12):\n"
-        "    if os.fork() == 0:\n"
-        "        x = b'\\1' * (200 << 20)\n"
-        "        time.sleep(60)\n"
-        "time.sleep(60)\n"
-    )
-    assert_no_pass(call(box, program, memory_mb=256, timeout=HANG_TIMEOUT + 1))
+    assert_no_pass(call(box, MEMORY_BOMB_PROCESSES, memory_mb=256, timeout=HANG_TIMEOUT + 1))
     assert_clean(box)
 
 
 @pytest.mark.parametrize("where", ["load", "call"])
 def test_infinite_loop_ignoring_signals(box, where):
-    body = (
-        "import signal\n"
-        "for s in (signal.SIGTERM, signal.SIGINT, signal.SIGXCPU, signal.SIGALRM, signal.SIGHUP):\n"
-        "    signal.signal(s, signal.SIG_IGN)\n"
-    )
-    program = body + ("while True:\n    pass\n" if where == "load" else "def f(x):\n    while True:\n        pass\n")
+    loop = "while True:\n    pass\n" if where == "load" else "def f(x):\n    while True:\n        pass\n"
+    program = IGNORE_SIGNALS + loop
     start = time.monotonic()
     result = call(box, program, timeout=HANG_TIMEOUT)
     assert result.status == "timeout", result
@@ -160,23 +166,29 @@ def test_infinite_loop_ignoring_signals(box, where):
 
 def test_sleeping_forever(box):
     start = time.monotonic()
-    result = call(box, "import time\ntime.sleep(10 ** 6)\n", timeout=HANG_TIMEOUT)
+    result = call(box, SLEEP_FOREVER, timeout=HANG_TIMEOUT)
     assert result.status == "timeout", result
     assert time.monotonic() - start < HANG_TIMEOUT + 5
-    result = box.run(sb.Job(program="import time\ntime.sleep(10 ** 6)\n", mode="io", cases=[("", "")],
+    result = box.run(sb.Job(program=SLEEP_FOREVER, mode="io", cases=[("", "")],
                             timeout=HANG_TIMEOUT))
     assert result.status == "timeout", result
     assert_clean(box)
 
 
-@pytest.mark.parametrize("stream", ["print", "stderr", "raw_fds"])
+FLOOD_WRITERS = {
+    "print": "print('x' * 100000)",
+    "stderr": "sys.stderr.write('y' * 100000)",
+    "raw_fds": "os.write(1, b'z' * 65536); os.write(2, b'z' * 65536)",
+}
+
+
+def flood_program(stream: str) -> str:
+    return f"import os, sys\nwhile True:\n    {FLOOD_WRITERS[stream]}\n"
+
+
+@pytest.mark.parametrize("stream", list(FLOOD_WRITERS))
 def test_output_flood(box, stream):
-    writer = {
-        "print": "print('x' * 100000)",
-        "stderr": "sys.stderr.write('y' * 100000)",
-        "raw_fds": "os.write(1, b'z' * 65536); os.write(2, b'z' * 65536)",
-    }[stream]
-    program = f"import os, sys\nwhile True:\n    {writer}\n"
+    program = flood_program(stream)
     for mode in ("call", "io"):
         job = sb.Job(program=program, mode=mode, tests=SQUARE_TESTS, cases=[("", "4")], timeout=5.0,
                      max_output=1 << 20)
@@ -207,13 +219,20 @@ def test_thread_swarm(box):
 # -- escaping the sandbox ---------------------------------------------------------
 
 
-def test_writes_outside_do_not_reach_the_host(box, tmp_path):
+def outside_targets(tmp_path: Path) -> tuple[list[Path], Path, Path]:
+    """Files a program must not be able to write, the victim (an existing host file) and the one
+    path that is writable: the sandbox's own /tmp (the host's /tmp path, so it must not appear there)."""
     victim = tmp_path / "victim.txt"
     victim.write_text("original")
     host_tmp = Path("/tmp") / f"{MARKER}-pwned"
     targets = [tmp_path / "pwned.txt", victim, ROOT / f"{MARKER}-pwned", host_tmp, Path("/usr") / f"{MARKER}-pwned",
                Path(sys.base_prefix) / f"{MARKER}-pwned"]
-    program = (
+    return targets, victim, host_tmp
+
+
+def writing_program(targets: list[Path]) -> str:
+    """Defines f(x): writes (and chmods) every target it can, returns the ones it wrote."""
+    return (
         "import os\n"
         f"TARGETS = {[str(t) for t in targets]!r}\n"
         "def f(x):\n"
@@ -232,6 +251,11 @@ def test_writes_outside_do_not_reach_the_host(box, tmp_path):
         "            pass\n"
         "    return wrote\n"
     )
+
+
+def test_writes_outside_do_not_reach_the_host(box, tmp_path):
+    targets, victim, host_tmp = outside_targets(tmp_path)
+    program = writing_program(targets)
     # The sandbox's own /tmp is writable (private); nothing else is.
     result = call(box, program, tests=[f"assert f(0) == [{str(host_tmp)!r}]"])
     assert result.ok, result
@@ -272,21 +296,24 @@ def test_nothing_passes_from_one_program_to_the_next():
         assert second.ok, second
 
 
+READ_PARENT_ENV = (  # f(x): the parent's secret, if any process's environment shows it
+    "import os\n"
+    "def f(x):\n"
+    f"    found = os.environ.get({SECRET_ENV!r}, '')\n"
+    "    for path in ('/proc/self/environ', '/proc/1/environ', '/proc/2/environ'):\n"
+    "        try:\n"
+    "            with open(path, 'rb') as fh:\n"
+    "                data = fh.read().decode(errors='replace')\n"
+    f"            if {SECRET_VALUE!r}[:6] in data:\n"
+    "                found = data\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "    return found\n"
+)
+
+
 def test_parent_environment_is_not_visible(box):
-    program = (
-        "import os\n"
-        "def f(x):\n"
-        f"    found = os.environ.get({SECRET_ENV!r}, '')\n"
-        "    for path in ('/proc/self/environ', '/proc/1/environ', '/proc/2/environ'):\n"
-        "        try:\n"
-        "            with open(path, 'rb') as fh:\n"
-        "                data = fh.read().decode(errors='replace')\n"
-        f"            if {SECRET_VALUE!r}[:6] in data:\n"
-        "                found = data\n"
-        "        except OSError:\n"
-        "            pass\n"
-        "    return found\n"
-    )
+    program = READ_PARENT_ENV
     assert_no_pass(call(box, program, tests=[f"assert {SECRET_VALUE!r} in f(0)"]))
     io = box.run(sb.Job(program="import os\nprint(os.environ.get(%r, 'missing'))\n" % SECRET_ENV, mode="io",
                         cases=[("", SECRET_VALUE)]))
@@ -313,14 +340,19 @@ def test_root_only_files_are_unreadable(box, tmp_path):
     assert_clean(box)
 
 
-def test_no_network_not_even_loopback(box):
+def listening_socket() -> socket.socket:
+    """A host listener on loopback that no sandboxed program may reach (accept times out)."""
     listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", 0))
     listener.listen(8)
     listener.settimeout(0.5)
-    port = listener.getsockname()[1]
-    program = (
+    return listener
+
+
+def connecting_program(port: int) -> str:
+    """Defines f(x): 'connected' if the host's loopback port or the internet is reachable."""
+    return (
         "import socket\n"
         "def f(x):\n"
         "    for host, family in (('127.0.0.1', socket.AF_INET), ('::1', socket.AF_INET6),\n"
@@ -334,6 +366,11 @@ def test_no_network_not_even_loopback(box):
         "            pass\n"
         "    return 'blocked'\n"
     )
+
+
+def test_no_network_not_even_loopback(box):
+    listener = listening_socket()
+    program = connecting_program(listener.getsockname()[1])
     try:
         assert_no_pass(call(box, program, tests=["assert f(0) == 'connected'"]))
         assert call(box, program, tests=["assert f(0) == 'blocked'"]).ok
@@ -344,23 +381,26 @@ def test_no_network_not_even_loopback(box):
     assert_clean(box)
 
 
+SIGNAL_EVERYTHING = (
+    "import ctypes, os, signal\n"
+    "libc = ctypes.CDLL(None)\n"
+    "targets = [os.getppid(), 1, -1, 0] + [int(p) for p in os.listdir('/proc') if p.isdigit()]\n"
+    "for pid in targets:\n"
+    "    for sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):\n"
+    "        if pid in (0, os.getpid()):\n"
+    "            continue\n"
+    "        try:\n"
+    "            os.kill(pid, sig)\n"
+    "        except OSError:\n"
+    "            pass\n"
+    "        libc.kill(pid, sig)\n"
+    "for pgid in range(1, 400):\n"
+    "    libc.kill(-pgid, signal.SIGKILL)\n"
+)
+
+
 def test_signalling_the_parent_and_everything_else(box):
-    program = (
-        "import ctypes, os, signal\n"
-        "libc = ctypes.CDLL(None)\n"
-        "targets = [os.getppid(), 1, -1, 0] + [int(p) for p in os.listdir('/proc') if p.isdigit()]\n"
-        "for pid in targets:\n"
-        "    for sig in (signal.SIGKILL, signal.SIGSTOP, signal.SIGTERM):\n"
-        "        if pid in (0, os.getpid()):\n"
-        "            continue\n"
-        "        try:\n"
-        "            os.kill(pid, sig)\n"
-        "        except OSError:\n"
-        "            pass\n"
-        "        libc.kill(pid, sig)\n"
-        "for pgid in range(1, 400):\n"
-        "    libc.kill(-pgid, signal.SIGKILL)\n" + WRONG
-    )
+    program = SIGNAL_EVERYTHING + WRONG
     workers_before = {w.name: w.proc.pid for w in box.workers}
     assert_no_pass(call(box, program))
     assert_no_pass(call(box, program.replace(WRONG, "") + "os.kill(os.getpid(), signal.SIGKILL)\n"))
@@ -368,25 +408,31 @@ def test_signalling_the_parent_and_everything_else(box):
     assert_clean(box)
 
 
-@pytest.mark.parametrize("escape", ["setsid_double_fork", "clear_pdeathsig", "new_user_namespace"])
-def test_orphans_are_killed(box, escape):
-    pre = {
-        "setsid_double_fork": "os.setsid()",
-        "clear_pdeathsig": "os.setsid(); ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)",
-        "new_user_namespace": "ctypes.CDLL(None).unshare(0x10000000 | 0x20000000)",
-    }[escape]
-    program = (
+ORPHAN_ESCAPES = {
+    "setsid_double_fork": "os.setsid()",
+    "clear_pdeathsig": "os.setsid(); ctypes.CDLL(None).prctl(1, 0, 0, 0, 0)",
+    "new_user_namespace": "ctypes.CDLL(None).unshare(0x10000000 | 0x20000000)",
+}
+
+
+def orphan_program(escape: str) -> str:
+    """Leaves a grandchild carrying MARKER, escaped from its session as ``escape`` says."""
+    return (
         "import ctypes, os, sys, time, signal\n"
         "if os.fork() == 0:\n"
-        f"    {pre}\n"
+        f"    {ORPHAN_ESCAPES[escape]}\n"
         "    if os.fork() == 0:\n"
         "        signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
         "        signal.signal(signal.SIGHUP, signal.SIG_IGN)\n"
         f"        os.execv(sys.executable, [sys.executable, '-c', 'import time\\nwhile True: time.sleep(0.1)', {MARKER!r}])\n"
         "    os._exit(0)\n"
-        "time.sleep(0.3)\n" + WRONG
+        "time.sleep(0.3)\n"
     )
-    assert_no_pass(call(box, program))
+
+
+@pytest.mark.parametrize("escape", list(ORPHAN_ESCAPES))
+def test_orphans_are_killed(box, escape):
+    assert_no_pass(call(box, orphan_program(escape) + WRONG))
     assert_clean(box)
 
 

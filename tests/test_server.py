@@ -32,28 +32,6 @@ def sampler_pids(out_dir) -> list[int]:
     return found
 
 
-def test_server_mode_matches_colocated_when_synchronous(tmp_path, tiny_model, test_plugin):
-    """max_staleness 0: the same seed draws the same samples in both modes, so the same losses,
-    gradient norms and rewards (the sampler is the same vLLM engine, only in another process)."""
-    recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm")
-    env["RLVR_TEST_RUN"] = str(tmp_path / "server")
-    both = {}
-    for mode in ("colocate", "server"):
-        out = tmp_path / mode
-        train_two_steps(recipe, out, env, f"sampling.mode={mode}", "algorithm.ppo_epochs=1")
-        both[mode] = rows(out)
-    # the sampler held the trainer's weights and dtype after every sync: weights 1, mismatch ~0
-    assert_sampler_holds_trainer_weights(both["server"])
-    assert all(r["time_sync"] > 0 for r in both["server"])
-    assert (tmp_path / "server" / "sampler-0.log").exists()
-    assert sampler_pids(tmp_path / "server") == []  # stopped at the end of the run
-    keys = ("reward_mean", "completion_len_mean", "grad_norm", "loss", "kl", "entropy")
-    for a, b in zip(both["colocate"], both["server"]):
-        for key in keys:
-            if key in a:
-                assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), (key, a[key], b[key])
-
-
 def _start(recipe, out, env, *sets):
     cmd = [RLVR, "train", recipe, "--output-dir", out] + [arg for kv in sets for arg in ("--set", kv)]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -152,30 +130,73 @@ def test_two_ranks_colocated_vllm_engines_sync_by_broadcast(tmp_path, tiny_model
     assert_sampler_holds_trainer_weights(metrics)
 
 
-def test_a_sampler_started_by_hand_serves_a_run_named_in_urls(tmp_path, tiny_model, test_plugin):
-    """`rlvr sampler RECIPE --port P` in one process, `rlvr train` with sampling.server.urls in
-    another: the run uses it (weights synced into it, samples from them) and leaves it running."""
+def long_system_prompt(recipe) -> None:
+    """Prompts over one key/value block (128 tokens on CPU), so vLLM's prefix cache holds
+    their shared start between steps: after a weight sync it must be dropped."""
+    text = recipe.read_text()
+    short = 'system: "Answer in \\\\boxed{}."'
+    assert short in text
+    recipe.write_text(text.replace(short, 'system: "Answer in \\\\boxed{}.' + " Check every digit twice." * 40 + '"'))
+
+
+@pytest.fixture(scope="module")
+def hand_started(tmp_path_factory, tiny_model, test_plugin):
+    """One `rlvr sampler RECIPE --port P`, started by hand and shared by the tests below that
+    name it in sampling.server.urls (each vLLM start costs about half a minute)."""
+    import requests
+
     from rlvr.weight_sync import free_port
 
-    recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm")
-    port = free_port()
+    root = tmp_path_factory.mktemp("hand")
+    recipe, env = make_run(root, tiny_model, test_plugin, backend="vllm")
+    long_system_prompt(recipe)
+    port, log = free_port(), root / "sampler.log"
     sampler = subprocess.Popen([RLVR, "sampler", recipe, "--host", "127.0.0.1", "--port", str(port)], env=env,
-                               stdout=subprocess.DEVNULL, stderr=open(tmp_path / "sampler.log", "w"), start_new_session=True)
+                               stdout=subprocess.DEVNULL, stderr=open(log, "w"), start_new_session=True)
     try:
-        import requests
-
         end = time.time() + 300
-        while time.time() < end:
-            assert sampler.poll() is None, (tmp_path / "sampler.log").read_text()[-2000:]
+        while True:
+            assert sampler.poll() is None and time.time() < end, log.read_text()[-2000:]
             try:
                 if requests.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
                     break
             except requests.RequestException:
                 time.sleep(1)
-        out = tmp_path / "run"
-        metrics = train_two_steps(recipe, out, env, "sampling.mode=server", f"sampling.server.urls=[http://127.0.0.1:{port}]")
-        assert_sampler_holds_trainer_weights(metrics)
-        assert not list(out.glob("sampler-*.log")) and sampler.poll() is None  # not ours to start or stop
+        yield sampler, f"sampling.server.urls=[http://127.0.0.1:{port}]"
     finally:
         os.killpg(sampler.pid, signal.SIGTERM)
         sampler.wait(60)
+
+
+def test_a_sampler_started_by_hand_serves_a_run_named_in_urls(tmp_path, tiny_model, test_plugin, hand_started):
+    """`rlvr sampler` in one process, `rlvr train` with sampling.server.urls in another: the run
+    uses it (weights synced into it, samples from them) and leaves it running."""
+    sampler, urls = hand_started
+    recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm")
+    long_system_prompt(recipe)  # the sampler's prefix cache must not outlive a weight sync
+    out = tmp_path / "run"
+    metrics = train_two_steps(recipe, out, env, "sampling.mode=server", urls)
+    assert_sampler_holds_trainer_weights(metrics)
+    assert not list(out.glob("sampler-*.log")) and sampler.poll() is None  # not ours to start or stop
+
+
+def test_server_mode_matches_colocated_when_synchronous(tmp_path, tiny_model, test_plugin, hand_started):
+    """max_staleness 0: the same seed draws the same samples in both modes, so the same losses,
+    gradient norms and rewards (the sampler is the same vLLM engine, only in another process)."""
+    recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm")
+    env["RLVR_TEST_RUN"] = str(tmp_path / "server")
+    both = {}
+    for mode in ("colocate", "server"):
+        out = tmp_path / mode
+        train_two_steps(recipe, out, env, f"sampling.mode={mode}", "algorithm.ppo_epochs=1")
+        both[mode] = rows(out)
+    # the sampler held the trainer's weights and dtype after every sync: weights 1, mismatch ~0
+    assert_sampler_holds_trainer_weights(both["server"])
+    assert all(r["time_sync"] > 0 for r in both["server"])
+    assert (tmp_path / "server" / "sampler-0.log").exists()
+    assert sampler_pids(tmp_path / "server") == []  # stopped at the end of the run
+    keys = ("reward_mean", "completion_len_mean", "grad_norm", "loss", "kl", "entropy")
+    for a, b in zip(both["colocate"], both["server"]):
+        for key in keys:
+            if key in a:
+                assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), (key, a[key], b[key])

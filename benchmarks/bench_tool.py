@@ -1,0 +1,84 @@
+"""Throughput of the ``python`` tool (environment ``python``) next to the same programs graded
+as plain sandbox jobs.
+
+    .venv/bin/python benchmarks/bench_tool.py [--episodes 300] [--workers N]
+
+Ours: N episodes of the ``python`` environment, each one policy turn with one cell
+(``print(sum(range(10)))``), stepped from as many threads as the pool has workers (the way
+the episode runner steps environments in parallel). Anchor: the same program as N
+``Sandbox.run_many`` jobs in mode "io" (run as ``__main__``, its output checked against
+``45``), one batch. A second row gives episodes of three cells, where the tool replays the
+earlier cells before each new one (calls per second counted over all three). The pool is
+started and warmed before timing; one shared pool serves both sides.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from rlvr_plugins import python_env as pe
+from rlvr_plugins import sandbox as sb
+
+CELL = "print(sum(range(10)))\n"
+
+
+def turn(code: str) -> str:
+    return f"Let me compute.\n```python\n{code}```\n"
+
+
+def run_tool(episodes: int, cells: int, threads: int) -> tuple[float, int]:
+    """Seconds for ``episodes`` episodes of ``cells`` calls each; the calls that printed 45."""
+
+    def episode(_: int) -> int:
+        env = pe.make_python_env({})
+        good = 0
+        for i in range(cells):
+            reply = env.step(turn(f"x{i} = {i}\n" + CELL))
+            good += reply.text == "```output\n45\n```\n"
+        return good
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        good = sum(pool.map(episode, range(episodes)))
+    return time.perf_counter() - start, good
+
+
+def run_jobs(box: sb.Sandbox, jobs: int) -> tuple[float, int]:
+    start = time.perf_counter()
+    results = box.run_many([sb.Job(program=CELL, mode="io", cases=[("", "45")], timeout=5.0) for _ in range(jobs)])
+    return time.perf_counter() - start, sum(r.ok for r in results)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--episodes", type=int, default=300, help="episodes (and io jobs) per row")
+    parser.add_argument("--workers", type=int, default=None, help="sandbox workers (default: CPU count)")
+    args = parser.parse_args()
+
+    box = sb.Sandbox("bwrap", workers=args.workers)
+    sb._SHARED["bwrap"] = box  # the environment uses this pool
+    start = time.perf_counter()
+    box.start()
+    threads = len(box.workers)
+    print(f"cpus={os.cpu_count()} workers={threads} limits={box.limits} load={os.getloadavg()[0]:.2f} "
+          f"pool start {time.perf_counter() - start:.2f}s", flush=True)
+    run_tool(threads, 1, threads)  # warm-up
+    run_jobs(box, threads)
+
+    n = args.episodes
+    for cells in (1, 3):
+        tool_s, tool_ok = run_tool(n, cells, threads)
+        jobs_s, jobs_ok = run_jobs(box, n * cells)
+        tool_rate, jobs_rate = n * cells / tool_s, n * cells / jobs_s
+        print(f"{n} episodes x {cells} cell{'s' if cells > 1 else ' '} | python tool {tool_rate:7.1f} calls/s "
+              f"({tool_ok}/{n * cells} ok) | io jobs {jobs_rate:7.1f} jobs/s ({jobs_ok}/{n * cells} ok) "
+              f"| ratio {tool_rate / jobs_rate:4.2f}x", flush=True)
+    print(f"load={os.getloadavg()[0]:.2f}")
+    box.close()
+
+
+if __name__ == "__main__":
+    main()

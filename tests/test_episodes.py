@@ -1,0 +1,421 @@
+"""Episodes (rlvr.episodes): a scripted policy and scripted environments on the demo model's
+tokenizer; the transcript, the masks token by token, budgets, failures, chat turns, and what the
+learner and the rewards see."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from rlvr import Reply, RlvrError
+from rlvr.episodes import ChatTurns, EpisodeRunner, episode_sums
+from rlvr.learner import policy_mask
+from rlvr.samplers import Completion
+
+
+@pytest.fixture(scope="module")
+def tok(smollm_path):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm_path)
+
+
+class ScriptedPolicy:
+    """A sampler whose turn ``t`` of the episode started from prompt ``p`` is ``script[p][t]`` (token
+    ids), cut at the call's max_tokens. Records every request as it was sent."""
+
+    def __init__(self, script: dict[tuple[int, ...], list[list[int]]]):
+        self.script, self.requests = script, []
+
+    def generate(self, prompt_ids, *, n, temperature, top_p, max_tokens, seed=None, logprobs=False, stop=()):
+        assert n == 1
+        limits = max_tokens if isinstance(max_tokens, list) else [max_tokens] * len(prompt_ids)
+        out = []
+        for ids, limit in zip(prompt_ids, limits):
+            self.requests.append((list(ids), limit, tuple(stop)))
+            prompt = next(p for p in self.script if tuple(ids[: len(p)]) == p)
+            # the K episodes of a prompt follow one script: its turn t is the t-th distinct length sent
+            turn = sorted({len(r) for r, _, _ in self.requests if tuple(r[: len(prompt)]) == prompt}).index(len(ids))
+            tokens = self.script[prompt][turn]
+            cut = tokens[:limit]
+            out.append([Completion("", cut, truncated=len(tokens) > limit,
+                                   logprobs=[-0.5] * len(cut) if logprobs else None)])
+        return out
+
+
+class Calculator:
+    """Runs the last line of a turn that ends in ``CALC <expr>;`` and replies inline; a turn
+    without CALC ends the episode."""
+
+    stop = (";",)
+
+    def __init__(self, row, fail_on=None):
+        self.row, self.fail_on, self.calls, self.closed = row, fail_on, 0, False
+
+    def step(self, turn):
+        if "CALC" not in turn:
+            return Reply(done=True)
+        self.calls += 1
+        expr = turn.rsplit("CALC", 1)[1].strip(" ;")
+        if self.fail_on and self.fail_on in expr:
+            raise ZeroDivisionError("environment bug")
+        return Reply(f" = {eval(expr, {})}\n", metrics={"tool_calls": 1})  # noqa: S307 - test digits only
+
+    @property
+    def state(self):
+        return {"calls": self.calls, "reward": float(self.calls)}
+
+    def close(self):
+        self.closed = True
+
+
+def enc(tok, text):
+    return tok.encode(text, add_special_tokens=False)
+
+
+def runner(tok, make=None, *, max_turns=4, max_tokens=200, options=None):
+    made = []
+
+    def default_make(row, **opts):
+        made.append(Calculator(row, **opts))
+        return made[-1]
+
+    r = EpisodeRunner(make or default_make, options or {}, tokenizer=tok, max_turns=max_turns, max_tokens=max_tokens,
+                      eos_ids=[tok.eos_token_id])
+    return r, made
+
+
+def test_transcript_and_masks_token_by_token(tok):
+    prompt = enc(tok, "What is 6*7?")
+    t1, t2 = enc(tok, "Let me compute. CALC 6*7;"), enc(tok, " So the answer is \\boxed{42}.") + [tok.eos_token_id]
+    policy = ScriptedPolicy({tuple(prompt): [t1, t2]})
+    run, made = runner(tok)
+    groups, states, sums = run.run(policy, [{"q": 1}], [prompt], n=1, temperature=1.0, top_p=1.0, max_tokens=64,
+                                   seed=3, logprobs=True)
+    reply = enc(tok, " = 42\n")
+    (c,) = groups[0]
+    assert c.token_ids == t1 + reply + t2
+    assert c.mask == [1] * len(t1) + [0] * len(reply) + [1] * len(t2)
+    assert c.logprobs == [-0.5] * len(t1) + [0.0] * len(reply) + [-0.5] * len(t2)
+    assert c.policy_tokens == len(t1) + len(t2) and not c.truncated
+    assert c.text == tok.decode(t1 + reply + t2, skip_special_tokens=True)
+    # the second turn continued from exactly the tokens so far, with the environment's stop strings
+    assert policy.requests[1] == (prompt + t1 + reply, 64, (";",))
+    assert states == [{"calls": 1, "reward": 1.0}] and made[0].closed
+    assert sums["episodes"] == 1 and sums["env_turns"] == 2 and sums["env/tool_calls"] == 1
+    assert sums["env_tokens"] == len(reply) and sums["env_policy_tokens"] == len(t1) + len(t2)
+    assert sums["env/tool_errors"] == 0 and sums["env_errors"] == 0
+
+
+@pytest.mark.parametrize("turn_text, reply_text", [("CALC 12*3;  ", "x"), ("CALC 1+1; the ans", "wer")])
+def test_token_ids_are_kept_as_sampled_across_turn_boundaries(tok, turn_text, reply_text):
+    """A turn that ends in whitespace or mid-word, then the environment's text: the episode holds
+    the sampled ids and the reply's own ids side by side; decoding and encoding again would not."""
+
+    class Inline(Calculator):
+        def step(self, turn):
+            return Reply(reply_text, done=True)
+
+    prompt = enc(tok, "Go.")
+    t1 = enc(tok, turn_text)
+    run, _ = runner(tok, lambda row: Inline(row))
+    (c,), = run.run(ScriptedPolicy({tuple(prompt): [t1]}), [{}], [prompt], n=1, temperature=1.0, top_p=1.0,
+                    max_tokens=64)[0]
+    assert c.token_ids == t1 + enc(tok, reply_text)
+    assert enc(tok, tok.decode(c.token_ids)) != c.token_ids  # re-encoding the transcript would drift
+
+
+def test_budget_truncates_policy_turns_and_environment_replies(tok):
+    prompt = enc(tok, "Add.")
+    t1 = enc(tok, "CALC 1+2;")
+
+    class Verbose(Calculator):
+        def step(self, turn):
+            return Reply(" word" * 50)
+
+    policy = ScriptedPolicy({tuple(prompt): [t1, enc(tok, "more") * 10]})
+    run, _ = runner(tok, lambda row: Verbose(row), max_tokens=len(t1) + 5)
+    (c,), = run.run(policy, [{}], [prompt], n=1, temperature=1.0, top_p=1.0, max_tokens=64)[0]
+    assert len(c.token_ids) == len(t1) + 5 and c.truncated  # the reply was cut at the budget; no third turn
+    assert c.mask == [1] * len(t1) + [0] * 5 and len(policy.requests) == 1
+    # a policy turn is capped by what is left of the budget, and hitting it truncates
+    policy = ScriptedPolicy({tuple(prompt): [enc(tok, "no tool call at all, just words") * 3]})
+    run, _ = runner(tok, max_tokens=7)
+    (c,), = run.run(policy, [{}], [prompt], n=1, temperature=1.0, top_p=1.0, max_tokens=64)[0]
+    assert policy.requests[0][1] == 7 and len(c.token_ids) == 7 and c.truncated and c.mask == [1] * 7
+
+
+def test_max_turns_ends_the_episode(tok):
+    prompt = enc(tok, "Loop.")
+    turn = enc(tok, "CALC 2*2;")
+    policy = ScriptedPolicy({tuple(prompt): [turn, turn, turn]})
+    run, made = runner(tok, max_turns=2)
+    groups, states, sums = run.run(policy, [{}], [prompt], n=1, temperature=1.0, top_p=1.0, max_tokens=64)
+    (c,) = groups[0]
+    reply = enc(tok, " = 4\n")
+    assert c.token_ids == turn + reply + turn and c.truncated  # its last turn asked for a tool it did not get
+    assert made[0].calls == 1 and sums["env_turns"] == 2
+
+
+def test_an_environment_that_raises_ends_its_episode_only(tok, caplog):
+    prompts = [enc(tok, "One."), enc(tok, "Two.")]
+    good, bad = enc(tok, "CALC 1+1;"), enc(tok, "CALC 1/0;")
+    end = enc(tok, " done") + [tok.eos_token_id]
+    policy = ScriptedPolicy({tuple(prompts[0]): [good, end], tuple(prompts[1]): [bad, end]})
+    run, made = runner(tok, options={"fail_on": "/"})
+    with caplog.at_level(logging.WARNING, logger="rlvr"):
+        groups, states, sums = run.run(policy, [{}, {}], prompts, n=1, temperature=1.0, top_p=1.0, max_tokens=64)
+    assert groups[0][0].token_ids == good + enc(tok, " = 2\n") + end
+    assert groups[1][0].token_ids == bad and not groups[1][0].truncated
+    assert "error" not in states[0] and states[1]["error"] == "ZeroDivisionError: environment bug"
+    assert sums["env_errors"] == 1 and all(e.closed for e in made)
+    assert "environment failed in its step: ZeroDivisionError: environment bug" in caplog.text
+
+    def broken(row):
+        raise RuntimeError("cannot build")
+
+    run, _ = runner(tok, broken)
+    groups, states, _ = run.run(policy, [{}], prompts[:1], n=2, temperature=1.0, top_p=1.0, max_tokens=64)
+    assert [c.token_ids for c in groups[0]] == [[], []] and states[0]["error"] == "RuntimeError: cannot build"
+
+
+def test_a_reply_that_is_not_a_reply_is_an_environment_failure(tok):
+    class Wrong(Calculator):
+        def step(self, turn):
+            return "text"
+
+    prompt = enc(tok, "Hi.")
+    run, _ = runner(tok, lambda row: Wrong(row))
+    _, states, _ = run.run(ScriptedPolicy({tuple(prompt): [enc(tok, "CALC 1;")]}), [{}], [prompt], n=1,
+                           temperature=1.0, top_p=1.0, max_tokens=64)
+    assert states[0]["error"] == "TypeError: step() returned str, not rlvr.Reply"
+
+
+def test_chat_turns_render_with_the_model_template(tok):
+    chat = ChatTurns(tok)
+    after_eos = tok.decode(chat.ids("user", "it printed 4", after_eos=True))
+    assert after_eos == "\n<|im_start|>user\nit printed 4<|im_end|>\n<|im_start|>assistant\n"
+    # a turn that ended at a stop string: the environment closes the policy's message
+    assert tok.decode(chat.ids("tool", "4", after_eos=False)) == (
+        "<|im_end|>\n<|im_start|>tool\n4<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_chat_turns_refuse_a_template_that_cannot_render_the_role():
+    class NoTools:
+        eos_token = "</s>"
+
+        def apply_chat_template(self, messages, tokenize=False, add_generation_prompt=False):
+            if messages[-1]["role"] == "tool":
+                raise ValueError("Conversation roles must alternate user/assistant")
+            return "".join(m["content"] for m in messages)
+
+    with pytest.raises(RlvrError, match="cannot render a 'tool' message: Conversation roles must alternate"):
+        ChatTurns(NoTools()).parts("tool")
+
+
+def test_policy_mask_drops_environment_tokens():
+    mask = torch.tensor([[1.0, 1, 1, 1, 0], [1, 1, 1, 0, 0]])
+    out = policy_mask(mask, [[1, 0, 0, 1], None])
+    assert out.tolist() == [[1, 0, 0, 1, 0], [1, 1, 1, 0, 0]] and mask[0, 1] == 1
+    assert policy_mask(mask, [None, None]) is mask
+
+
+def test_episode_sums_have_the_tool_keys_even_without_calls():
+    assert {"env/tool_calls", "env/tool_errors", "env/tool_timeouts"} <= set(episode_sums([]))
+
+
+def test_rollouts_of_episodes_give_rewards_the_environment_state(tok):
+    """The producer plays episodes instead of single completions: rewards get env_state and
+    policy_tokens; an episode whose environment failed is unscored (None), the others go on."""
+    from types import SimpleNamespace
+
+    from rlvr.plugins import RewardSpec
+    from rlvr.prompts import Prompt
+    from rlvr.recipe import DynamicSamplingConfig, SamplingConfig
+    from rlvr.rewards import BoundReward
+    from rlvr.rollout import PromptStream, RolloutProducer
+
+    def from_env(prompts, completions, completion_ids, *, env_state=None, policy_tokens=None):
+        return [s["reward"] + 0.01 * n for s, n in zip(env_state, policy_tokens)]
+
+    rows = [{"q": "1+1"}, {"q": "1/0"}]
+    prompts = [Prompt(enc(tok, f"Compute {r['q']}."), f"Compute {r['q']}.") for r in rows]
+    end = enc(tok, " ok") + [tok.eos_token_id]
+    script = {tuple(p.ids): [enc(tok, f"CALC {r['q']};"), end] for p, r in zip(prompts, rows)}
+
+    spec = RewardSpec("env", from_env, "", "test", "0", (), ("env_state", "policy_tokens"), {}, False)
+    run, _ = runner(tok, options={"fail_on": "/"})
+    producer = RolloutProducer(
+        ScriptedPolicy(script), [BoundReward(spec)],
+        SimpleNamespace(rows=rows, prompts=prompts), PromptStream(2, seed=0), groups=2,
+        sampling=SamplingConfig(num_generations=2, max_tokens=32), dynamic_sampling=DynamicSamplingConfig(),
+        seed=0, episodes=run)
+    out = producer.produce(0)
+    g = [tuple(p) for p in out.prompt_ids].index(tuple(prompts[0].ids))
+    good = out.completions[g * 2 : (g + 1) * 2]
+    assert good[0].token_ids == enc(tok, "CALC 1+1;") + enc(tok, " = 2\n") + end == good[1].token_ids
+    assert out.rewards[g * 2 : (g + 1) * 2] == [pytest.approx(1 + 0.01 * good[0].policy_tokens)] * 2
+    assert out.rewards[(1 - g) * 2 : (2 - g) * 2] == [None, None]
+    assert out.episodes["episodes"] == 4 and out.episodes["env_errors"] == 2 and out.time_env >= 0
+    assert out.policy_lengths != out.lengths  # the environment's tokens are in the sequence, not the policy's count
+
+
+def test_the_learner_trains_on_the_policy_tokens_only():
+    """Environment tokens after the policy's last token change nothing in the update; a policy
+    token does; the loss normaliser counts policy tokens."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from rlvr.learner import Learner
+    from rlvr.recipe import AlgorithmConfig
+    from rlvr.rollout import Rollout
+
+    def update(tail, first):
+        torch.manual_seed(0)
+        model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                             num_attention_heads=2, num_key_value_heads=1))
+        grads = {}
+
+        class Backend:
+            policy = module = model
+
+            def backward(self, loss):
+                loss.backward()
+
+            def step(self):
+                grads.update({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+                return 0.0
+
+            def set_lr(self, lr):
+                pass
+
+        learner = Learner(Backend(), AlgorithmConfig(), micro_batch_size=2, temperature=1.0, pad_id=0,
+                          device=torch.device("cpu"), share_prompts=True)
+        completions = [Completion("", [first, 5, 6, 7] + tail, False, mask=[1, 0, 0, 1] + [0] * len(tail)),
+                       Completion("", [9, 10], False)]
+        rollout = Rollout(group_size=2, prompt_ids=[[1, 2, 3]], completions=completions, rewards=[1.0, 0.0],
+                          reward_values={})
+        return learner.update(rollout, lr=0.1), grads
+
+    base, g0 = update([11, 12], first=4)
+    other_tail, g1 = update([30, 31, 32], first=4)
+    other_policy, g2 = update([11, 12], first=8)
+    assert base["tokens"] == 2 + 2 and base["loss"] == pytest.approx(other_tail["loss"])
+    assert all(torch.allclose(g0[n], g1[n]) for n in g0)
+    assert not all(torch.allclose(g0[n], g2[n]) for n in g0)
+
+
+def test_recipes_name_environments_and_their_options_are_checked(tmp_path):
+    from rlvr import hookimpl
+    from rlvr.plugins import get_plugin_manager, load_registry
+    from rlvr.recipe import load_recipe, resolve
+
+    class Plugin:
+        @staticmethod
+        @hookimpl
+        def rlvr_register_environments(register):
+            def make(row, *, fail_on: str | None = None, limit: int = 3):
+                return Calculator(row, fail_on)
+
+            register("calc", make)
+
+    pm = get_plugin_manager()
+    pm.register(Plugin(), name="calcplug")
+    registry = load_registry(pm)
+    base = ("name: t\ntask: {name: arithmetic, options: {size: 10}}\nprompt: {template: '{{question}}'}\n"
+            "rewards: {math: 1.0}\nsampling: {num_generations: 4, max_tokens: 32}\n"
+            "trainer: {rollout_batch_size: 16, micro_batch_size: 4}\n")
+    path = tmp_path / "r.yaml"
+
+    def check(extra, *sets):
+        path.write_text(base + extra)
+        recipe = load_recipe(path, overrides=list(sets))
+        resolve(recipe, registry)
+        return recipe
+
+    recipe = check("environment: {name: calc, options: {limit: 5}, max_turns: 3, max_tokens: 100}\n")
+    assert recipe.environment.options == {"limit": 5} and recipe.episode_tokens == 100
+    assert check("environment: calc\n").episode_tokens == 32  # default budget: sampling.max_tokens
+    for extra, message in [
+        ("environment: calk\n", "unknown environment 'calk'.*did you mean 'calc'"),
+        ("environment: {name: calc, options: {limt: 5}}\n", "environment.options: environment 'calc' has no option 'limt'"),
+        ("environment: {name: calc, options: {limit: many}}\n", "environment.options: .*limit"),
+        ("environment: {name: calc, max_turns: 0}\n", "environment.max_turns"),
+    ]:
+        with pytest.raises(RlvrError, match=message):
+            check(extra)
+    with pytest.raises(RlvrError, match="reward 'environment' is the score of an episode's environment"):
+        check("", "rewards={environment: 1.0}")
+
+
+def test_evaluation_plays_episodes_and_reports_tool_figures(tok):
+    from types import SimpleNamespace
+
+    from rlvr.evaluate import evaluate_with
+    from rlvr.plugins import RewardSpec
+    from rlvr.prompts import Prompt
+    from rlvr.recipe import Recipe
+    from rlvr.rewards import BoundReward
+
+    def called(prompts, completions, completion_ids, *, env_state=None):
+        return [float(s.get("calls", 0) > 0) for s in env_state]
+
+    rows = [{"question": "1+1"}, {"question": "1/0"}]
+    prompts = [Prompt(enc(tok, f"Compute {r['question']}."), "") for r in rows]
+    end = enc(tok, " ok") + [tok.eos_token_id]
+    policy = ScriptedPolicy({tuple(p.ids): [enc(tok, f"CALC {r['question']};"), end] for p, r in zip(prompts, rows)})
+    recipe = Recipe.model_validate({"name": "t", "task": "arithmetic", "prompt": {"template": "{{question}}"},
+                                    "rewards": {"called": 1.0}, "eval": {"k": [1, 2], "temperature": 1.0}})
+    run, _ = runner(tok, options={"fail_on": "/"})
+    spec = RewardSpec("called", called, "", "test", "0", (), ("env_state",), {}, False)
+    result, per_prompt = evaluate_with(recipe, [BoundReward(spec)], policy, SimpleNamespace(rows=rows, prompts=prompts,
+                                       dropped=0), episodes=run)
+    assert [p["passed"] for p in per_prompt] == [[True, True], [False, False]]
+    assert per_prompt[1]["unscorable"] == 2 and result["accuracy"] == 0.5
+    ep = result["episodes"]
+    assert ep["episodes"] == 4 and ep["env_errors"] == 2 and ep["turns_mean"] == 1.5 and ep["tool_calls_mean"] == 0.5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["hf", "vllm"])
+def test_training_on_episodes(tmp_path, tiny_model, test_plugin, backend):
+    """`rlvr train` with an environment: several turns per episode with either sampler, the
+    environment's tokens are in the sequences and out of the loss; with vLLM its log-probs of the
+    policy's tokens, taken turn by turn, are the trainer's over the whole episode."""
+    from test_engine import assert_sampler_holds_trainer_weights, make_run, train_two_steps
+
+    recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend=backend)
+    metrics = train_two_steps(recipe, tmp_path / "run", env, "environment.name=ticker", "environment.max_turns=4",
+                              "environment.max_tokens=40", "sampling.max_tokens=12", "algorithm.ppo_epochs=1")
+    for row in metrics:
+        assert 1 < row["env_turns_mean"] <= 2 and row["env_tokens_mean"] > 0 and row["env/tool_calls"] > 0, row
+        assert row["policy_tokens_mean"] + row["env_tokens_mean"] == pytest.approx(row["completion_len_mean"])
+        assert row["env_errors"] == 0 and row["time_env"] >= 0
+    if backend == "vllm":
+        assert_sampler_holds_trainer_weights(metrics)
+
+
+from test_engine import test_plugin  # noqa: E402,F401 - a fixture
+
+
+def test_a_set_up_error_stops_the_run_and_an_empty_reply_after_eos_ends_the_episode(tok):
+    class Unready(Calculator):
+        def step(self, turn):
+            raise RlvrError("the sandbox cannot start: bwrap not found")
+
+    prompt = enc(tok, "Go.")
+    run, _ = runner(tok, lambda row: Unready(row))
+    with pytest.raises(RlvrError, match="bwrap not found"):
+        run.run(ScriptedPolicy({tuple(prompt): [enc(tok, "CALC 1;")]}), [{}], [prompt], n=1, temperature=1.0,
+                top_p=1.0, max_tokens=64)
+
+    class Quiet(Calculator):
+        def step(self, turn):
+            return Reply()  # nothing to say, not done
+
+    turn = enc(tok, "Finished.") + [tok.eos_token_id]
+    policy = ScriptedPolicy({tuple(prompt): [turn, turn]})
+    run, _ = runner(tok, lambda row: Quiet(row))
+    (c,), = run.run(policy, [{}], [prompt], n=1, temperature=1.0, top_p=1.0, max_tokens=64)[0]
+    assert c.token_ids == turn and not c.truncated and len(policy.requests) == 1
