@@ -155,9 +155,11 @@ def main() -> int:
                        "--repeats", str(a.repeats)]
                 done = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
                 line = next((ln for ln in done.stdout.splitlines() if ln.startswith("RESULT ")), None)
-                if done.returncode or line is None:
-                    print("FAILED\n" + done.stderr[-3000:])
-                    return 1
+                if done.returncode or line is None:  # e.g. out of memory: say so, measure the other ways
+                    why = failure(done)
+                    print(f"FAILED: {why}")
+                    results.setdefault(name, {})[way] = {"failed": why}
+                    continue
                 results.setdefault(name, {})[way] = r = json.loads(line[len("RESULT "):])
                 print(f"{r['median_s']:.2f} s")
                 if r["logprob_max_diff"] is not None and not r["logprob_max_diff"] < 1e-3:
@@ -170,17 +172,32 @@ def main() -> int:
     head = f"{'model':<9} {'GB':>5} " + " ".join(f"{LABELS[w]:>18}" for w in a.ways)
     print(head + "\n" + "-" * len(head))
     for name, by_way in results.items():
-        gb = next(iter(by_way.values()))["bytes"] / 1e9
+        measured = [r for r in by_way.values() if "failed" not in r]
+        gb = measured[0]["bytes"] / 1e9 if measured else float("nan")
+        anchor = by_way.get("files", {}).get("median_s")
         cells = []
         for w in a.ways:
             r = by_way[w]
-            ratio = f" ({r['median_s'] / by_way['files']['median_s']:.2f}x)" if "files" in by_way else ""
+            if "failed" in r:
+                cells.append("failed")
+                continue
+            ratio = f" ({r['median_s'] / anchor:.2f}x)" if anchor else ""
             cells.append(f"{r['median_s']:7.2f} s{ratio:>9}")
         print(f"{name:<9} {gb:5.2f} " + " ".join(f"{c:>18}" for c in cells))
     print("(x): time relative to the files anchor; lower is faster")
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"bucket_mb": a.bucket_mb, "repeats": a.repeats, "results": results}, indent=2))
     return 0
+
+
+def failure(done: subprocess.CompletedProcess) -> str:
+    """One line on why a way's worker failed: its last line of error output (a vLLM worker killed
+    for memory shows as a cancelled collective_rpc; the kernel log says which)."""
+    text = done.stderr
+    if done.returncode in (-9, 137):
+        return "killed (SIGKILL: out of memory?)"
+    lines = [ln.strip() for ln in text.splitlines() if ("Error" in ln or "Exception" in ln) and "Warning" not in ln]
+    return (lines[-1] if lines else f"exit status {done.returncode}")[:200]
 
 
 if __name__ == "__main__":

@@ -285,9 +285,8 @@ def _eos_ids(model, tokenizer) -> list[int]:
 def hf_state_for_sync(module: torch.nn.Module, zero3: bool,
                       bucket_bytes: int = 64 << 20) -> Iterator[tuple[str, torch.Tensor]]:
     """(name, full tensor) pairs in Hugging Face naming; under ZeRO-3 gathered a bucket at a
-    time: consecutive parameters of at most ``bucket_bytes`` in all (one larger parameter alone),
-    the size the broadcast sends (``rlvr.weight_sync.buckets`` also counts alignment padding,
-    so its cuts may fall one parameter earlier).
+    time, in the broadcast's own buckets (``rlvr.weight_sync.buckets``: consecutive parameters of
+    at most ``bucket_bytes``, one larger parameter alone).
 
     Every rank must drain this iterator: ZeRO-3 gathers are collective.
     """
@@ -298,24 +297,12 @@ def hf_state_for_sync(module: torch.nn.Module, zero3: bool,
         return
     import deepspeed
 
-    for part in gather_groups(named, bucket_bytes):
+    from .weight_sync import buckets
+
+    for part in buckets(named, bucket_bytes):
         with deepspeed.zero.GatheredParameters([p for _, p in part], modifier_rank=None):
             for name, param in part:
                 yield name, param.detach().clone()
-
-
-def gather_groups(named: list[tuple[str, torch.nn.Parameter]], bucket_bytes: int) -> list[list]:
-    """Consecutive parameters of at most ``bucket_bytes`` (full size: ``ds_numel`` under ZeRO-3)."""
-    groups: list[list] = []
-    size = 0
-    for name, param in named:
-        n = getattr(param, "ds_numel", param.numel()) * param.element_size()
-        if not groups or size + n > bucket_bytes:
-            groups.append([])
-            size = 0
-        groups[-1].append((name, param))
-        size += n
-    return groups
 
 
 def _merged_named_parameters(module: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Parameter]]:

@@ -74,12 +74,19 @@ def unpack(buffer: torch.Tensor, metas: Sequence[TensorMeta]) -> list[tuple[str,
     return out
 
 
+def full_nbytes(tensor: torch.Tensor) -> int:
+    """A tensor's bytes when whole: a ZeRO-3 parameter's local shard may hold nothing (``ds_numel``)."""
+    return getattr(tensor, "ds_numel", tensor.numel()) * tensor.element_size()
+
+
 def buckets(weights: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """Consecutive groups of at most ``bucket_bytes`` (a tensor larger than that travels alone)."""
+    """Consecutive groups of at most ``bucket_bytes``, alignment padding counted (a tensor larger
+    than that travels alone). Under ZeRO-3 the trainer gathers parameters in these same groups
+    (sizes by ``full_nbytes``), so one bucket is gathered and sent at a time."""
     part: list[tuple[str, torch.Tensor]] = []
     size = 0
     for name, tensor in weights:
-        n = _aligned(tensor.numel() * tensor.element_size())
+        n = _aligned(full_nbytes(tensor))
         if part and size + n > bucket_bytes:
             yield part
             part, size = [], 0

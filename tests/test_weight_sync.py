@@ -279,15 +279,17 @@ def test_a_sampler_that_does_not_take_part_fails_the_send_at_the_deadline(join, 
 
 
 def test_zero3_gather_groups_are_the_broadcast_buckets():
-    """Parameters are gathered in the groups the broadcast sends: by full size (ds_numel)."""
+    """Parameters are gathered in the groups the broadcast sends (`buckets`): by full size
+    (ds_numel), alignment padding counted."""
     import torch
 
-    from rlvr.samplers import gather_groups
+    from rlvr.weight_sync import buckets
 
     params = []
     for i, numel in enumerate([10, 20, 30, 100, 5]):
         p = torch.nn.Parameter(torch.empty(0))  # a ZeRO-3 shard holds nothing locally
         p.ds_numel = numel
         params.append((f"p{i}", p))
-    groups = gather_groups(params, bucket_bytes=4 * 40)  # float32: 40 elements a bucket
+    # float32, 64-byte alignment: 10 and 20 elements take 64 + 128 bytes, 30 takes 128
+    groups = list(buckets(params, bucket_bytes=256))
     assert [[n for n, _ in g] for g in groups] == [["p0", "p1"], ["p2"], ["p3"], ["p4"]]
