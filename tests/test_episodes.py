@@ -419,3 +419,23 @@ def test_a_set_up_error_stops_the_run_and_an_empty_reply_after_eos_ends_the_epis
     run, _ = runner(tok, lambda row: Quiet(row))
     (c,), = run.run(policy, [{}], [prompt], n=1, temperature=1.0, top_p=1.0, max_tokens=64)[0]
     assert c.token_ids == turn and not c.truncated and len(policy.requests) == 1
+
+
+@pytest.mark.slow
+def test_python_tool_episode_end_to_end(tok):
+    """The built-in python environment in the episode runner, real sandbox: the cell runs, its
+    output comes back inline as environment tokens, and the policy's answer follows."""
+    from rlvr_plugins.python_env import make_python_env
+
+    prompt = enc(tok, "What is 0+1+...+9?")
+    code = enc(tok, "Let me compute.\n```python\nprint(sum(range(10)))\n```\n")
+    answer = enc(tok, "So it is \\boxed{45}.") + [tok.eos_token_id]
+    run = EpisodeRunner(make_python_env, {}, tokenizer=tok, max_turns=3, max_tokens=256, eos_ids=[tok.eos_token_id])
+    groups, states, sums = run.run(ScriptedPolicy({tuple(prompt): [code, answer]}), [{}], [prompt], n=2,
+                                   temperature=1.0, top_p=1.0, max_tokens=64)
+    output = enc(tok, "```output\n45\n```\n")
+    for c in groups[0]:
+        assert c.token_ids == code + output + answer
+        assert c.mask == [1] * len(code) + [0] * len(output) + [1] * len(answer)
+    assert [s["outputs"] for s in states] == [["45"]] * 2
+    assert sums["env/tool_calls"] == 2 and sums["env/tool_errors"] == 0 and sums["env_turns"] == 4
