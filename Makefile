@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 STAMP := $(VENV)/.rlvr-installed
 RG_STAMP := $(VENV)/.rlvr-reasoning-gym-installed
+TA_STAMP := $(VENV)/.rlvr-textarena-installed
 # vLLM flavour: the CUDA build where a GPU driver answers, the CPU build elsewhere.
 EXTRA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 DATA ?= $(abspath ../shared/data)
@@ -36,6 +37,12 @@ $(RG_STAMP): examples/rlvr-reasoning-gym/pyproject.toml $(STAMP)
 	$(PIP) install -q --no-build-isolation -e examples/rlvr-reasoning-gym
 	touch $(RG_STAMP)
 
+# The TextArena example brings textarena itself (pinned in its pyproject.toml, pure Python,
+# no torch; its word games' nltk corpora are not fetched: the tests check the refusal).
+$(TA_STAMP): examples/rlvr-textarena/pyproject.toml $(STAMP)
+	$(PIP) install -q --no-build-isolation -e examples/rlvr-textarena
+	touch $(TA_STAMP)
+
 # Math-Verify 0.9.0's own test suite (the tests/ of its source distribution), which
 # tests/test_math_conformance.py runs through the math reward: fetched once (PyPI is
 # reachable here, not in the tests), checked against its sha256, unpacked into the venv.
@@ -49,7 +56,7 @@ $(MV_SUITE)/.fetched: | $(STAMP)
 	tar -xzf $(MV_SUITE)/math_verify-0.9.0.tar.gz -C $(MV_SUITE) --strip-components=1
 	touch $@
 
-test: install $(RG_STAMP) $(MV_SUITE)/.fetched
+test: install $(RG_STAMP) $(TA_STAMP) $(MV_SUITE)/.fetched
 	$(PIP) install -q --no-deps --no-build-isolation -e examples/rlvr-countdown
 	@# pytest exits 5 when it collected nothing: a test run that tests nothing is a failure.
 	RLVR_MATH_VERIFY_SUITE="$(abspath $(MV_SUITE))" \

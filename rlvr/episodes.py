@@ -11,7 +11,8 @@ former only.
 
 An episode ends when the environment says ``done``; when the policy ended its message (an
 end-of-sequence token) and the environment had nothing to say to it; after ``max_turns`` policy
-turns; when the token budget after the prompt is spent (it is then truncated, as a completion
+turns (the environment still takes the last one, so a game scores the final move; its reply is
+not appended, and the episode is truncated unless that reply said ``done``); when the token budget after the prompt is spent (it is then truncated, as a completion
 that hits ``max_tokens`` is); or when its environment raises: that episode is counted, logged
 and left unscored (``None``), and the others go on. An ``RlvrError`` (a set-up problem, such
 as a sandbox that cannot start) stops the run with its one line instead: every episode would
@@ -159,8 +160,6 @@ class EpisodeRunner:
                 e.last_text = self.tokenizer.decode(turn.token_ids, skip_special_tokens=True)
                 if turn.truncated or len(e.ids) >= self.budget:
                     e.done, e.truncated = True, not e.last_eos
-                elif e.turns >= self.max_turns:  # no reply to a last turn: cut if it asked for one
-                    e.done, e.truncated = True, not e.last_eos
 
     def _env_turn(self, e: Episode) -> None:
         start = time.perf_counter()
@@ -178,10 +177,13 @@ class EpisodeRunner:
             self._failed(e, "its step", exc)
             return
         e.env_seconds += time.perf_counter() - start
+        if not reply.done and e.turns >= self.max_turns:
+            e.done = e.truncated = True  # the policy's last turn (the environment scored it); no reply to read
+            return
         room = self.budget - len(e.ids)
         e.add(ids[:room], False)
-        if len(ids) >= room and not (reply.done and len(ids) == room):
-            e.done, e.truncated = True, True
+        if len(ids) > room or (len(ids) == room and not reply.done):
+            e.done = e.truncated = True
         elif reply.done or (e.last_eos and not ids):  # the policy ended its message and nothing answered it
             e.done = True
 

@@ -155,8 +155,10 @@ def test_max_turns_ends_the_episode(tok):
     groups, states, sums = run.run(policy, [{}], [prompt], n=1, temperature=1.0, top_p=1.0, max_tokens=64)
     (c,) = groups[0]
     reply = enc(tok, " = 4\n")
-    assert c.token_ids == turn + reply + turn and c.truncated  # its last turn asked for a tool it did not get
-    assert made[0].calls == 1 and sums["env_turns"] == 2
+    # the environment took the last turn too (a game scores the final move), but its reply is
+    # not appended: nothing would read it; the episode was cut by the limit
+    assert c.token_ids == turn + reply + turn and c.truncated
+    assert made[0].calls == 2 and sums["env_turns"] == 2
 
 
 def test_an_environment_that_raises_ends_its_episode_only(tok, caplog):
