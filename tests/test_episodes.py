@@ -398,6 +398,20 @@ def test_training_on_episodes(tmp_path, tiny_model, test_plugin, backend):
         assert_sampler_holds_trainer_weights(metrics)
 
 
+@pytest.mark.slow
+def test_training_with_the_python_environment(tmp_path, tiny_model, test_plugin):
+    """Two steps of `rlvr train` with the built-in python tool (a random model writes no code:
+    its episodes end at its first turn; the tool itself is exercised above and in
+    tests/test_python_env.py)."""
+    from test_engine import make_run, train_two_steps
+
+    recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="hf")
+    env["RLVR_LOAD_PLUGINS"] += ",python_env"
+    metrics = train_two_steps(recipe, tmp_path / "run", env, "environment.name=python",
+                              "environment.options={timeout_s: 2.0}", "environment.max_tokens=40")
+    assert all(r["env_errors"] == 0 and r["env_turns_mean"] >= 1 and "env/tool_calls" in r for r in metrics)
+
+
 from test_engine import test_plugin  # noqa: E402,F401 - a fixture
 
 
