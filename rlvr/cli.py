@@ -101,7 +101,7 @@ def _registry():
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def plugins(as_json):
-    """List plugins with their versions and the hooks, tasks and rewards each supplies."""
+    """List plugins with their versions and the hooks, tasks, rewards and environments each supplies."""
     from .plugins import get_plugin_manager, load_registry, plugin_source
 
     pm = get_plugin_manager()
@@ -116,6 +116,7 @@ def plugins(as_json):
                 "hooks": sorted(h.name for h in pm.get_hookcallers(plugin) or []),
                 "tasks": sorted(t.name for t in registry.tasks.values() if t.plugin == name),
                 "rewards": sorted(r.name for r in registry.rewards.values() if r.plugin == name),
+                "environments": sorted(e.name for e in registry.environments.values() if e.plugin == name),
             }
         )
     rows.sort(key=lambda r: r["name"])
@@ -129,6 +130,8 @@ def plugins(as_json):
             click.echo(f"  tasks: {', '.join(row['tasks'])}")
         if row["rewards"]:
             click.echo(f"  rewards: {', '.join(row['rewards'])}")
+        if row["environments"]:
+            click.echo(f"  environments: {', '.join(row['environments'])}")
 
 
 @cli.command()

@@ -25,6 +25,15 @@ def test_plugins_json_lists_builtins_and_the_example(rlvr_cmd):
     assert plugins["math"]["rewards"] == ["math"]
     assert plugins["countdown"]["version"] == "rlvr-countdown 0.1.0"
     assert "rlvr_register_tasks" in plugins["countdown"]["hooks"]
+    assert plugins["python_env"]["environments"] == ["python"] and plugins["math"]["environments"] == []
+
+
+def test_environments_listing(rlvr_cmd):
+    out = rlvr_cmd("environments")
+    assert out.returncode == 0, out.stderr
+    line = next(ln for ln in out.stdout.splitlines() if ln.startswith("python "))
+    assert "python_env" in line and "timeout_s=5.0" in line and "isolation='bwrap'" in line
+    assert "  environments: python" in rlvr_cmd("plugins").stdout
 
 
 def test_tasks_and_rewards_listings(rlvr_cmd):
