@@ -134,6 +134,13 @@ class EpisodeRunner:
         states = [{**env_state(e.env), **({"error": e.error} if e.error else {})} for e in episodes]
         return groups, states, {**episode_sums(episodes), "time_env": env_wall}
 
+    def sample(self, sampler, rows: Sequence[dict], prompt_ids: Sequence[list[int]], *, n: int, **options
+               ) -> tuple[list[list[Completion]], list[dict], dict[str, float]]:
+        """``run``, with the rows the rewards score (``episode_rows``) in place of the states:
+        what training and evaluation need."""
+        outs, states, sums = self.run(sampler, rows, prompt_ids, n=n, **options)
+        return outs, episode_rows(rows, n, outs, states), sums
+
     def _start(self, row: dict, prompt: list[int]) -> Episode:
         try:
             env = self.make(dict(row), **self.options)
@@ -152,7 +159,7 @@ class EpisodeRunner:
             limits = [min(max_tokens, self.budget - len(e.ids)) for e in group]
             outs = sampler.generate([e.prompt + e.ids for e in group], n=1, temperature=temperature, top_p=top_p,
                                     max_tokens=limits, seed=seed, logprobs=logprobs, stop=stop)
-            for e, out, limit in zip(group, outs, limits):
+            for e, out in zip(group, outs):
                 turn = out[0]
                 e.add(turn.token_ids, True, turn.logprobs)
                 e.turns += 1
@@ -173,10 +180,10 @@ class EpisodeRunner:
         except RlvrError:
             raise  # the set-up is wrong (a missing sandbox, a template): every episode would fail alike
         except Exception as exc:  # noqa: BLE001 - a broken environment never kills training
-            e.env_seconds += time.perf_counter() - start
             self._failed(e, "its step", exc)
             return
-        e.env_seconds += time.perf_counter() - start
+        finally:
+            e.env_seconds += time.perf_counter() - start
         if not reply.done and e.turns >= self.max_turns:
             e.done = e.truncated = True  # the policy's last turn (the environment scored it); no reply to read
             return
@@ -217,6 +224,16 @@ def episode_rows(rows: Sequence[dict], k: int, outs: Sequence[Sequence[Completio
     flat = [c for group in outs for c in group]
     return [{**rows[i // k], "env_state": state, "policy_tokens": c.policy_tokens}
             for i, (c, state) in enumerate(zip(flat, states))]
+
+
+def unscore_failed(scored, rows: Sequence[dict], names: Sequence[str] = ()) -> None:
+    """Leave the episodes whose environment failed (``"error"`` in their ``env_state``)
+    unscored: their total, and their value under each of ``names``, become None."""
+    for i, row in enumerate(rows):
+        if "error" in row["env_state"]:
+            scored.total[i] = None
+            for name in names:
+                scored.values[name][i] = None
 
 
 def episode_sums(episodes: Sequence[Episode]) -> dict[str, float]:

@@ -12,8 +12,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from .episodes import episode_rows, episode_runner, episode_sums
-from .metrics import reduce_sums
+from .episodes import episode_runner, episode_sums, unscore_failed
+from .metrics import MAXIMA, reduce_sums
 from .plugins import Registry
 from .prompts import PromptSet, load_prompt_set
 from .recipe import Recipe
@@ -68,17 +68,14 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
         outs = sampler.generate([p.ids for p in prompts], **options) if mine else []
     else:
         rows = [eval_set.rows[i] for i in mine]
-        outs, states, sums = episodes.run(sampler, rows, [p.ids for p in prompts], **options) if mine else ([], [], None)
-        flat_rows = episode_rows(rows, n, outs, states)
-        sums = sums or episode_sums([])
+        outs, flat_rows, sums = (episodes.sample(sampler, rows, [p.ids for p in prompts], **options) if mine
+                                 else ([], [], episode_sums([])))
     correctness = ev.correctness_reward or next(iter(recipe.rewards))
     flat = [c for group in outs for c in group]
     flat_prompts = [p.text for p in prompts for _ in range(n)]
     scored = score_batch(rewards, flat_prompts, [c.text for c in flat], [c.token_ids for c in flat], flat_rows) if flat else None
-    if scored is not None and episodes is not None:  # a failed environment leaves its episode unscored
-        for j, row in enumerate(flat_rows):
-            if "error" in row["env_state"]:
-                scored.values[correctness][j] = scored.total[j] = None
+    if scored is not None and episodes is not None:
+        unscore_failed(scored, flat_rows, [correctness])
     per_prompt = []
     for j, i in enumerate(mine):
         values = scored.values[correctness][j * n : (j + 1) * n]
@@ -100,7 +97,7 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
     if sums is not None:
         sums.pop("time_env", None)
         local.update(sums)
-    total = reduce_sums(local, maxima=["env_turns_max"])
+    total = reduce_sums(local, maxima=MAXIMA)
     count = total["n"]
     result: dict[str, Any] = {
         "n": int(count),

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from typing import Sequence
 
-from .episodes import episode_rows
+from .episodes import unscore_failed
 from .prompts import PromptSet
 from .rewards import BoundReward, score_batch
 from .samplers import Completion, Sampler
@@ -111,8 +111,7 @@ class RolloutProducer:
                        max_tokens=self.sampling.max_tokens, seed=seed, logprobs=self.logprobs)
         if self.episodes is None:
             return self.sampler.generate(prompt_ids, **options), [r for r in rows for _ in range(k)], None
-        outs, states, sums = self.episodes.run(self.sampler, rows, prompt_ids, **options)
-        return outs, episode_rows(rows, k, outs, states), sums
+        return self.episodes.sample(self.sampler, rows, prompt_ids, **options)
 
     def produce(self, step: int) -> Rollout:
         k = self.sampling.num_generations
@@ -133,10 +132,8 @@ class RolloutProducer:
                 [c.text for c in flat], [c.token_ids for c in flat], rows)
             t_gen, t_score = t_gen + t1 - t0, t_score + time.perf_counter() - t1
             errors += sum(scored.errors.values())
-            if sums is not None:  # an episode whose environment failed is left unscored
-                for i, row in enumerate(rows):
-                    if "error" in row["env_state"]:
-                        scored.total[i] = None
+            if sums is not None:
+                unscore_failed(scored, rows)
                 episodes = {n: max(v, (episodes or {}).get(n, v)) if n.endswith("_max")
                             else v + (episodes or {}).get(n, 0.0) for n, v in sums.items()}
             for g, index in enumerate(wanted):

@@ -50,9 +50,12 @@ def server_command(model_path: str, *, port: int, max_model_len: int, dtype: str
 
 
 def _cpu_flags(max_model_len: int) -> list[str]:
-    whole = whole_prefills(max_model_len)
-    return ["--enforce-eager", "--no-enable-chunked-prefill", "--max-num-batched-tokens",
-            str(whole["max_num_batched_tokens"])]
+    """The in-process engine's CPU settings (``whole_prefills``) as vLLM's command-line flags."""
+    flags = ["--enforce-eager"]
+    for key, value in whole_prefills(max_model_len).items():
+        name = key.replace("_", "-")
+        flags += [f"--{name}"] if value is True else [f"--no-{name}"] if value is False else [f"--{name}", str(value)]
+    return flags
 
 
 def server_env(*, devices: Sequence[int] | None, on_cpu: bool, cpu_kvcache_gib: int) -> dict[str, str]:

