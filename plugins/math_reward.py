@@ -19,7 +19,9 @@ at 85% of it usually stops the work first and keeps the worker):
    (``\\boxed{1}, \\boxed{2}``) are one answer, a list;
 2. normalise both strings (math delimiters, ``\\dfrac``, ``\\mathrm{e}``, units,
    thousands separators, ``\\$``, degrees, scientific notation, repeating decimals,
-   lists joined by words, a worked computation ``1+18 = 19`` as its result);
+   lists joined by words and the units of each item, a worked computation ``1+18 = 19``
+   (``500 + 500 = 1,000``) as its result, mixed numbers ``4 4/9``, a trailing ``\\\\`` or
+   spacing command);
 3. equal if identical after math-verify's normalisation; times of day (never ratios:
    ``12:00`` is not ``1:00``) and ratios part by part; plain numbers (``-12``,
    ``1,000``, ``0.25``, ``\\frac{3}{4}``) are compared exactly without sympy;
@@ -39,6 +41,8 @@ at 85% of it usually stops the work first and keeps the worker):
    points with adaptive-precision evaluation, and a decimal of fewer than 10
    significant digits never equals an irrational value (``3.14159`` is not ``\\pi``);
 6. ``math_verify.verify`` for everything else (text answers, sets vs relations, ...);
+   Named values against an unnamed list (``x=2 and y=3`` vs ``(2, 3)``) are compared in order
+   before all this (never as a set); a decimal equals what it rounds (see ``_numbers_close``);
 7. where the literal reading is not equal, other readings of either side: a gold
    ``label = value`` (``V_1:V_2=11:21``, ``AB=4, CD=5``) against a bare value, and a
    decimal comma (``1,22``) where the comma cannot separate thousands.
@@ -52,6 +56,7 @@ from __future__ import annotations
 
 import os
 import re
+from fractions import Fraction
 from typing import Annotated, Any, Literal, Sequence, get_args
 
 from annotated_types import Ge, Gt
@@ -336,14 +341,15 @@ def _last_number(text: str) -> str | None:
 
 # ---- "the answer is ..."
 
-_ANSWER_WORD_RE = re.compile(r"(?i)\banswer\b")
+# "answer is", "answers are" (several answers: "The answers are 3 cm and 5 cm").
+_ANSWER_WORD_RE = re.compile(r"(?i)\banswers?\b")
 _ANSWER_LEAD_RE = re.compile(
-    r"(?i)(?:\s*(?:\*\*)?\s*(?:(?:is|was|would\s+be|will\s+be|should\s+be|equals)\b|:|=)){1,3}\s*(?:\*\*)?[ \t]*")
+    r"(?i)(?:\s*(?:\*\*)?\s*(?:(?:is|are|was|were|would\s+be|will\s+be|should\s+be|equals?)\b|:|=)){1,3}\s*(?:\*\*)?[ \t]*")
 
 # Where an answer stated in a sentence ends: a full stop, a line break, or a clause that
 # explains it ("x = 5, since ...", "42 because ...").
 _SENTENCE_END_RE = re.compile(
-    r"\n|\.(?=\s|$)|\s+I hope\b|\*\*|,?\s+(?:because|since|which|where|as|so|but|when|if|hence|thus|therefore)\b")
+    r"\n|\.(?=\s|$|I\s+hope\b)|\s+I hope\b|\*\*|,?\s+(?:because|since|which|where|as|so|but|when|if|hence|thus|therefore)\b")
 _VERDICT_RE = re.compile(r"(?i)(?:correct|right|true|the\s+(?:correct\s+|right\s+|final\s+)?(?:answer|choice|option))\b")
 _IS_RE = re.compile(r"\s(?:is|are|equals|=)\s")
 _WORDS_RE = re.compile(r"[A-Za-z]{2,}(?:\s+[A-Za-z]{2,}){0,3}")
@@ -373,6 +379,18 @@ def _depth_at(s: str, index: int) -> int:
     return depth
 
 
+# "3 cm and 5 cm", "2 apples, 3 pears": several numbers, each with its unit words ("and"/"or"
+# join them, never a unit). Read whole: the last number alone would drop the other answers.
+_QTY = rf"[-+]?(?:{_NUM})(?:\s*/\s*\d+)?(?:\s+(?!(?:and|or)\b)[A-Za-z]{{2,}}){{0,3}}"
+_QUANTITY_LIST_RE = re.compile(rf"{_QTY}(?:\s*(?:,\s*(?:(?:and|or)\s+)?|\s+(?:and|or)\s+){_QTY}){{1,20}}")
+
+
+def _quantity_list(text: str) -> str | None:
+    """``text`` if it is nothing but a list of quantities (``3 cm and 5 cm``), else None."""
+    s = text.strip().rstrip(".").strip()
+    return s if len(s) <= 300 and _QUANTITY_LIST_RE.fullmatch(s) else None
+
+
 _QUOTES_RE = re.compile(r"[ \t]*(?:\\?[\"'`]+[ \t]*)?")
 
 
@@ -398,6 +416,8 @@ def _leading_answer(text: str, start: int, depth: int = 0) -> tuple[str, int] | 
     sentence = text[start:end].strip()
     if not sentence:
         return None
+    if _quantity_list(sentence):
+        return sentence.rstrip(".,"), end
     lead = _PLAIN_EXPR_RE.match(text, start)
     if lead and (lead.end() >= end or _WORDS_RE.fullmatch(text[lead.end() : end].strip(" .,"))):
         return text[start:end].strip().rstrip(".,"), end  # "42", "5 apples": units go in normalisation
@@ -457,6 +477,8 @@ def _bare_answer(text: str) -> tuple[str, int] | None:
     """A completion that is nothing but an answer (``(x-2)(x+2)``, ``\\frac{1}{2}``, no words):
     all of it, not its last number."""
     s = text.strip()
+    if _quantity_list(s):  # "3 cm and 5 cm": words, but only units between numbers
+        return s.rstrip("."), len(text)
     if 0 < len(s) <= 200 and not _DELIMITED_RE.search(s) and not _BARE_WORD_RE.search(_COMMAND_ARG_RE.sub(" ", s)):
         return s, len(text)
     return None
@@ -550,6 +572,43 @@ _MATH_WORDS = {"pi", "sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp
                "am", "pm"}  # 12:00 PM: a time of day keeps its half
 
 
+# What may trail an answer and carries nothing: a row break \\ ending a display line, a lone
+# backslash (left of "\$" or "\,"), spacing commands and "~": 5\\ , 12\, , \boxed{5\quad}.
+_TRAILING_NOISE_RE = re.compile(
+    r"(?:~|\\\\|\\(?:quad|qquad|enspace|enskip|thinspace|medspace|thickspace|hfill)(?![A-Za-z])"
+    r"|\\(?:hspace|hskip|vspace)\*?\s*\{[^{}]*\}|\\[,;:!]|\\)$")
+
+
+def _strip_trailing_noise(s: str) -> str:
+    """One token at a time from the end (a single regex over a run of spaces would be quadratic)."""
+    s = s.rstrip()
+    for _ in range(20):
+        m = _TRAILING_NOISE_RE.search(s)
+        if m is None:
+            break
+        s = s[: m.start()].rstrip()
+    return s
+
+
+# A mixed number: a whole number, a space, a proper fraction ("4 4/9", "2 \frac{1}{3}", "-1 \frac12").
+# Only a proper fraction makes one: "2 4/3" and "2 3" stay ambiguous (and unparsed), and the
+# space is never read as a product ("4 4/9" is 40/9, not 16/9).
+_MIXED_RE = re.compile(
+    r"([-+]?)(\d+)\s+(?:(\d+)\s*/\s*(\d+)|\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|\\frac\s*(\d)(\d))")
+
+
+def _mixed_number(s: str) -> str:
+    """``4 4/9`` -> ``\\frac{40}{9}``, ``-2 \\frac{1}{3}`` -> ``-\\frac{7}{3}``; anything else unchanged."""
+    m = _MIXED_RE.fullmatch(s.strip())
+    if m is None:
+        return s
+    numerator, denominator = [int(x) for x in m.groups()[2:] if x is not None]
+    if not 0 < numerator < denominator:
+        return s
+    total = int(m.group(2)) * denominator + numerator
+    return f"{'-' if m.group(1) == '-' else ''}\\frac{{{total}}}{{{denominator}}}"
+
+
 def _strip_delimiters(s: str) -> str:
     changed = True
     while changed:
@@ -576,6 +635,22 @@ def _strip_units(s: str) -> str:
             continue
         break
     return s
+
+
+# Separators of list items; not a thousands comma ("x = 1,000" is one item).
+_ITEM_SEP_RE = re.compile(r";|,(?!\d{3}(?![\d.]))")
+
+
+def _strip_item_units(s: str) -> str:
+    """``3\\text{ cm}, 5\\text{ cm}`` -> ``3, 5``: the units of each item of a list (the whole-answer
+    pass only sees the last one). Unchanged unless an item lost a unit."""
+    items = _top_level(s, _ITEM_SEP_RE)
+    if len(items) < 2 or len(items) > 50:
+        return s
+    stripped = [_strip_units(item.strip()) for item in items]
+    if all(a == b.strip() for a, b in zip(stripped, items)) or not all(stripped):
+        return s
+    return ", ".join(stripped)
 
 
 def _repeating_to_fraction(m: re.Match) -> str:
@@ -622,7 +697,7 @@ def normalize_answer(s: str) -> str:
     m = _MATH_THEN_WORDS_RE.fullmatch(s)
     if m:
         s = f"{m.group(1)} {m.group(2)}"
-    s = _strip_delimiters(s)
+    s = _strip_trailing_noise(_strip_delimiters(s))
     s = _BANG_SEP_RE.sub(",", s)
     s = s.replace("\\displaystyle", "").replace("\\$", "").replace("\\!", "")
     s = re.sub(r"\\[dtc]frac", r"\\frac", s)
@@ -642,11 +717,13 @@ def normalize_answer(s: str) -> str:
     s = s.strip().rstrip(".").strip() if not s.endswith("..") else s.strip()
     if _SPACED_THOUSANDS_RE.fullmatch(s):
         s = s.replace(" ", "")
+    s = _mixed_number(s)
     m = _SCI_RE.fullmatch(s)
     if m:
         s = f"{m.group(1)}\\times 10^{{{m.group(2)}}}"
     s = _REPEATING_RE.sub(_repeating_to_fraction, s)
     s = _join_words(s)
+    s = _strip_item_units(s)
     s = _reduce_chain(s)
     return re.sub(r"\s+", " ", s).strip()
 
@@ -700,7 +777,7 @@ def _reduce_chain(s: str) -> str:
     left alone (``a=1, b=2``)."""
     if "=" not in s and "\\approx" not in s and "≈" not in s:
         return s
-    if len(_top_level(s, _LIST_SEP_RE)) > 1:
+    if len(_top_level(s, _ITEM_SEP_RE)) > 1:  # "a=1, b=2"; not "500 + 500 = 1,000"
         return s
     approx = _top_level(s, _APPROX_SEP_RE)
     if len(approx) > 1:  # "x = 1/3 \approx 0.33" and "\pi \approx 3.14" keep the exact value
@@ -775,8 +852,16 @@ _PLAIN_DECIMAL_RE = re.compile(r"[-+]?(?:[1-9]\d{0,2}(?:,\d{3})+|\d+)(?:\.\d+)?|
 _PLAIN_FRACTION_RE = re.compile(r"([-+]?)(?:\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|\\frac(\d)(\d)|(\d+)\s*/\s*(\d+))")
 
 
+def _decimal_digits(text: str) -> tuple[int, int]:
+    """(decimal places, significant digits) of a decimal as written: ``0.014286`` -> (6, 5),
+    ``1,234.50`` -> (2, 6); trailing zeros count (they are written precision)."""
+    digits = re.sub(r"[^\d.]", "", text)
+    places = len(digits) - digits.index(".") - 1
+    return places, len(digits.replace(".", "").lstrip("0"))
+
+
 def _plain_number(clean: str):
-    """(Fraction, has_decimal_point) for answers like ``-12``, ``1,000``, ``0.25``, ``\\frac{3}{4}``, ``3/4``.
+    """(Fraction, (places, significant digits) if written as a decimal else None) for answers like ``-12``, ``1,000``, ``0.25``, ``\\frac{3}{4}``, ``3/4``.
 
     Most GSM8K answers and many MATH ones are such numbers: they are compared exactly
     without sympy, which is where most of the checking time goes (the LaTeX parser).
@@ -787,14 +872,14 @@ def _plain_number(clean: str):
         return None
     if _PLAIN_DECIMAL_RE.fullmatch(clean):
         text = clean.replace(",", "")
-        return Fraction(text), "." in text
+        return Fraction(text), (_decimal_digits(text) if "." in text else None)
     m = _PLAIN_FRACTION_RE.fullmatch(clean)
     if m:
         numerator, denominator = [int(x) for x in m.groups()[1:] if x is not None]
         if denominator == 0:
             return None
         value = Fraction(numerator, denominator)
-        return (-value if m.group(1) == "-" else value), False
+        return (-value if m.group(1) == "-" else value), None
     return None
 
 
@@ -1238,11 +1323,44 @@ def _log10_size(e) -> float:
     return max(sizes)
 
 
-def _numbers_close(a, b, decimal: bool) -> bool:
-    """Exact for integers and fractions; the float tolerance as soon as a decimal point appears."""
-    if not decimal:
-        return a == b
-    return abs(a - b) <= _REL_TOL_FLOAT * max(abs(a), abs(b))
+_MACHINE_FLOAT_DIGITS = 10  # a decimal this long is a program's float, not a rounded answer
+_MIN_ROUNDED_DIGITS = 6  # a rounded decimal stands for a value only with this many significant digits ...
+_MIN_ROUNDED_PLACES, _MIN_PLACES_DIGITS = 6, 4  # ... or with 6 decimal places and 4 digits (0.014286 = 1/70)
+
+
+def _numbers_close(a: tuple, b: tuple) -> bool:
+    """Two plain numbers, each (Fraction, (places, significant digits) or None when exact).
+
+    Integers and fractions are exact. A decimal stands for what it rounds: it equals a value
+    that, rounded at its last written digit, gives it (``0.333333`` = ``1/3``), or -- as
+    math-verify's default (both sides rounded to 6 places) allows -- one it is off from by at
+    most one unit in that digit and 2e-6 relative (``0.3333334``). Never with too few digits:
+    ``0.333`` is not ``1/3`` (math-verify agrees), ``0.1`` is not ``0.1000004``, ``0.000001`` is not
+    ``0.0000012`` (math-verify's absolute rounding calls those equal). A long decimal (10+
+    significant digits, a float printed by a program) keeps the plain relative tolerance
+    (``11.999999999999998`` = 12). Two decimals: the coarser must be the rounding of the finer
+    (``1234567.5`` is not ``1234567.6``; before, a relative tolerance made ``1234567`` equal to
+    ``1234567.5``)."""
+    (x, x_dec), (y, y_dec) = a, b
+    if x == y:
+        return True
+    if x_dec is None and y_dec is None:
+        return False
+    scale = max(abs(x), abs(y))
+    if any(d is not None and d[1] >= _MACHINE_FLOAT_DIGITS for d in (x_dec, y_dec)):
+        return abs(x - y) <= _REL_TOL_FLOAT * scale
+    # the decimal read as a rounding: the coarser one when both are decimals
+    (d, (places, digits)), other = ((x, x_dec), y_dec) if y_dec is None or (x_dec is not None and x_dec[0] <= y_dec[0]) \
+        else ((y, y_dec), x_dec)
+    if other is not None and other[0] == places:
+        return False  # the same number of places and different: neither rounds the other
+    if not (digits >= _MIN_ROUNDED_DIGITS or (places >= _MIN_ROUNDED_PLACES and digits >= _MIN_PLACES_DIGITS)):
+        return False
+    value = y if d is x else x
+    unit = Fraction(1, 10**places)
+    if abs(value - d) * 2 <= unit:
+        return True
+    return other is None and abs(value - d) <= unit and abs(value - d) <= _REL_TOL_FLOAT * scale
 
 
 def _same_symbols(gold, pred):
@@ -1284,7 +1402,7 @@ def _compare(gold: _Parsed, pred: _Parsed) -> tuple[bool, str]:
     if gold.key == pred.key:
         return True, "identical after normalisation"
     if gold.number is not None and pred.number is not None:
-        equal = _numbers_close(gold.number[0], pred.number[0], gold.number[1] or pred.number[1])
+        equal = _numbers_close(gold.number, pred.number)
         return equal, ("equal" if equal else "not equal") + " (numbers)"
     if gold.number is not None and _unevaluated_arithmetic(pred.text):
         return False, "not an answer: an unevaluated arithmetic expression for a number"
@@ -1365,7 +1483,7 @@ def _strip_labels(text: str) -> str | None:
     out, stripped = [], False
     for group in groups:
         items = []
-        for item in _top_level(group, re.compile(",")):
+        for item in _top_level(group, _ITEM_SEP_RE):  # "x = 1,000" is one item
             sides = _top_level(item, _EQ_SEP_RE)
             if len(sides) == 2 and _is_label(sides[0]) and sides[1].strip():
                 items.append(sides[1].strip())
@@ -1407,8 +1525,10 @@ def _verdict(g: _Parsed | None, p: _Parsed) -> tuple[bool | None, dict[str, Any]
     info: dict[str, Any] = {"gold_norm": _show(g.text if g else None), "pred_norm": _show(p.text)}
     if g is None:
         return None, {**info, "why": "no gold answer"}
-    result = _compare_readings(g, p)
-    for alt_g, alt_p in _alternatives(g, p):
+    result = _compare_assignments(g.text, p.text)
+    alternatives = _alternatives(g, p) if result is None else ()
+    result = result or _compare_readings(g, p)
+    for alt_g, alt_p in alternatives:
         if result[0] is True:
             break
         other = _compare_readings(alt_g, alt_p)
@@ -1419,6 +1539,79 @@ def _verdict(g: _Parsed | None, p: _Parsed) -> tuple[bool | None, dict[str, Any]
         if parsed._expr is not None:  # only where a parse was needed
             info[side] = _show(parsed._expr)
     return equal, {**info, "why": why}
+
+
+def _assignments(text: str) -> list[tuple[str, str]] | None:
+    """``x=2, y=3`` (``x=2 and y=3`` once normalised) -> [(x, 2), (y, 3)]: values given to two or
+    more distinct names; None for anything else (``x=2, x=3`` lists roots: a set)."""
+    if ";" in text or "=" not in text:
+        return None
+    items = _top_level(text, _ITEM_SEP_RE)
+    if len(items) < 2:
+        return None
+    named = []
+    for item in items:
+        sides = _top_level(item, _EQ_SEP_RE)
+        if len(sides) != 2 or not _is_label(sides[0]) or not sides[1].strip():
+            return None
+        named.append((_key(sides[0]), sides[1].strip()))
+    return named if len({name for name, _ in named}) == len(named) else None
+
+
+_PAREN_LEFT_RE = re.compile(r"\\left\s*\(")
+_PAREN_RIGHT_RE = re.compile(r"\\right\s*\)")
+
+
+def _closing_bracket(s: str, start: int) -> int | None:
+    """Index of the bracket (any kind, as in :func:`_top_level`) closing the one at ``start``."""
+    depth, i = 0, start
+    while i < len(s):
+        c = s[i]
+        if c == "\\":
+            i += 2
+            continue
+        depth += c in _OPEN
+        depth -= c in _CLOSE
+        if depth == 0:
+            return i
+        i += 1
+    return None
+
+
+def _bare_values(text: str) -> tuple[list[str], bool] | None:
+    """(items, is a tuple) of an unnamed list ``2, 3`` or tuple ``(2, 3)``; one item for anything
+    else (a set ``\\{2, 3\\}``, an interval ``[2, 3]``); None when an item is an equation."""
+    t = _PAREN_RIGHT_RE.sub(")", _PAREN_LEFT_RE.sub("(", text.strip()))
+    is_tuple = t.startswith("(") and t.endswith(")") and _closing_bracket(t, 0) == len(t) - 1
+    if is_tuple:
+        t = t[1:-1]  # one pair of parentheses around everything (not "(1, 2), (3, 4)")
+    items = [item.strip() for item in _top_level(t, _ITEM_SEP_RE)]
+    return None if any("=" in item for item in items) else (items, is_tuple)
+
+
+def _compare_assignments(g_text: str, p_text: str) -> tuple[bool, str] | None:
+    """Named values against unnamed ones (``x=2, y=3`` vs ``(2, 3)`` or ``2, 3``, either side gold):
+    the values in the order the names are written -- for a tuple also in the order they sort
+    (an ordered pair is (x, y) by convention), and both must agree: ``(3, 2)`` is not
+    ``x=2, y=3``, nor is the set ``\\{2, 3\\}``, and ``y=3, x=2`` matches no tuple (which order would
+    it mean?). A list without parentheses follows the written order (``x=-5, p=14/3`` vs
+    ``-5, 14/3``: math-verify's numina case). None where this does not apply."""
+    for named_text, other in ((g_text, p_text), (p_text, g_text)):
+        named = _assignments(named_text)
+        found = _bare_values(other) if named else None
+        if found is None:
+            continue
+        values, is_tuple = found
+        if len(values) != len(named):
+            return False, "not equal (named values vs a list of another length)"
+        orders = [named] + ([sorted(named)] if is_tuple and sorted(named) != named else [])
+        for order in orders:
+            for (_, value), item in zip(order, values):
+                pair = (_Parsed(value), _Parsed(item)) if named_text is g_text else (_Parsed(item), _Parsed(value))
+                if _compare_readings(*pair)[0] is not True:
+                    return False, "not equal (named values in the order of their names)"
+        return True, "equal (named values in the order of their names)"
+    return None
 
 
 def _alternatives(g: _Parsed, p: _Parsed):

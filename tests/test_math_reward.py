@@ -229,6 +229,91 @@ PAIRS = [
     ("1.5", "1,500", False),
     ("1, 2", "1.2", False),
     ("1,2", "1.2", False),  # one digit after the comma: read as a list
+    # -- the categories of other projects' suites where rlvr trailed raw math-verify --
+    # 1. an answer written as the last side of a worked equation chain, gold a number (the
+    #    "2 + 2 = 4" completions of rllm's tests/rewards/test_math_reward.py; GSM8K-style
+    #    computations with thousands separators, as in its "#### 1,072" golds)
+    ("1000", "500 + 500 = 1,000", True),
+    ("1000", "500 + 500 = 1{,}000", True),
+    ("2500", r"2 \times 1,250 = 2,500", True),
+    ("1000", "x = 1,000", True),
+    ("1000", "x = 1,000 = 10^3", True),
+    ("12", r"3 \times 4 = 12 \text{ cm}^2", True),
+    ("1000", "500 + 500 = 1,001", False),
+    ("1000", "1,000 = 999 + 2", False),  # the last side is the answer
+    ("1000", "1,000 + 1", False),
+    ("1", "x = 1,000", False),
+    ("1000", "x = 1,000, y = 2", False),
+    # 3. mixed numbers with a space (verl's prime_math grader reads "7 3/4" as 7+3/4; only a
+    #    proper fraction makes one: "2 3" and "2 4/3" stay ambiguous, never a product 16/9)
+    (r"\frac{40}{9}", "4 4/9", True),
+    (r"\frac{40}{9}", r"4\ \frac{4}{9}", True),
+    (r"\frac{7}{3}", r"2 \frac{1}{3}", True),
+    (r"\frac{7}{3}", r"2 \frac13", True),
+    (r"-\frac{7}{3}", r"-2 \frac{1}{3}", True),
+    ("4 4/9", r"\frac{40}{9}", True),
+    (r"4\frac{4}{9}", "4 4/9", True),
+    (r"\frac{16}{9}", "4 4/9", False),  # not 4 * 4/9
+    (r"\frac{4}{9}", "4 4/9", False),
+    ("5", "2 3", False),
+    (r"\frac{11}{3}", "2 4/3", False),  # improper: not a mixed number
+    (r"\frac{2}{3}", "2 2/3", False),
+    (r"-\frac{5}{3}", r"-2 \frac{1}{3}", False),  # the sign covers the whole number
+    # 4. a trailing row break, lone backslash or spacing command (minerva_math's and
+    #    hendrycks' normalisers strip "\!", "\,", "\ "; models end display lines with \\)
+    ("5", "5\\\\", True),
+    ("5", r"5 \;", True),  # (a lone trailing "\" cannot be tested in a box: it escapes the "}")
+    ("12", r"12\,", True),
+    ("12", r"12\hspace{1em}", True),
+    ("12", r"12 \quad", True),
+    (r"\frac{1}{2}", r"\frac{1}{2}\\", True),
+    ("6", "5\\\\", False),
+    ("52", "5\\\\2", False),  # a row break inside the answer is not trailing
+    # 5. several answers each with a unit (math-verify's test_boxed "35 cm" cases; MATH golds)
+    ("3, 5", r"3\text{ cm}, 5\text{ cm}", True),
+    ("3, 5", "3 cm, 5 cm", True),
+    ("3, 5", "3 cm and 5 cm", True),
+    (r"3\text{ cm}, 5\text{ cm}", "5, 3", True),
+    ("3, 5", r"3\text{ cm}, 6\text{ cm}", False),
+    ("3, 5", r"3\text{ cm}", False),
+    ("3", r"3\text{ cm}, 5\text{ cm}", False),
+    ("3, 5", "3 cm, 5 cm, 7 cm", False),
+    # 6. values named by equations (math-verify's numina case "x = -5, p = 14/3" vs "-5, 14/3"):
+    #    in the order the names are written, a tuple also in the (x, y) order; never as a set
+    ("x=2 and y=3", "x=2, y=3", True),
+    (r"x=2 \text{ and } y=3", "y=3, x=2", True),
+    ("x=2 and y=3", "(2, 3)", True),
+    ("x=2 and y=3", "2, 3", True),
+    ("(2, 3)", "x=2, y=3", True),
+    (r"x = -5,\ p = \frac{14}{3}", r"-5, \frac{14}{3}", True),
+    ("x=2 and y=3", "(3, 2)", False),
+    ("x=2 and y=3", "3, 2", False),
+    ("x=2 and y=3", r"\{2, 3\}", False),  # a set: which is x?
+    ("x=2 and y=3", "x=3, y=2", False),
+    ("x=2 and y=3", "(2, 3, 4)", False),
+    ("x=2 and y=3", "2", False),
+    ("y=3 and x=2", "(2, 3)", False),  # a tuple against names out of order: ambiguous
+    ("(2, 3)", "x=3, y=2", False),
+    ("a=1, b=2", "(2, 1)", False),
+    ("AB=4, CD=5", "5, 4", False),
+    ("x=2, x=3", "3, 2", True),  # one name, several values: roots, a set
+    # 7. decimals: one that rounds the exact value at its last digit, with 6 significant digits
+    #    (or 6 places: math-verify's default compares at 6 decimal places), and no fewer;
+    #    never a rounded irrational (NOTES: 3.14159 is not pi; math-verify agrees on 3.14)
+    (r"\frac{1}{70}", "0.014286", True),
+    (r"\frac{1}{3}", "0.3333334", True),
+    (r"\frac{2}{3}", "0.666667", True),
+    ("0.333333", "0.3333333", True),
+    ("12", "11.999999999999998", True),
+    ("0.333", r"\frac{1}{3}", False),
+    (r"\frac{1}{3}", "0.333", False),
+    (r"\frac{1}{70}", "0.0143", False),
+    ("1234567", "1234567.5", False),  # a relative tolerance alone called these equal
+    ("1234567.5", "1234567.6", False),
+    ("0.0000012", "0.000001", False),
+    (r"\frac{2}{3}", "0.666666", True),  # truncated: one unit off in the 6th digit, 1e-6 relative
+    (r"\frac{2}{3}", "0.666665", False),
+    (r"\pi", "3.14", False),
 ]
 
 
@@ -329,6 +414,69 @@ def test_phrase_extraction_stops_where_the_answer_ends():
     text = r"so $0.04 \cdot 10000 = \boxed{200}$. Final Answer: The final answer is $10,455$. I hope it is correct."
     assert mr.extract_answer(text, "auto") == "10,455"
     assert mr.extract_answer(text, "answer") == "200"  # the default reads marks only
+
+
+def test_extraction_of_the_issue_categories():
+    # minerva_math's answer format ("Final Answer: The final answer is X. I hope it is correct.")
+    # with thousands separators, with or without the space before "I hope"
+    text = "Final Answer: The final answer is $1,000$. I hope it is correct."
+    assert mr.extract_answer(text, "auto") == "1,000"
+    assert mr.extract_answer("Final Answer: The final answer is 1,000.I hope it is correct.", "auto") == "1,000"
+    # several quantities with units, stated or bare
+    assert mr.extract_answer("The answers are 3 cm and 5 cm.", "auto") == "3 cm and 5 cm"
+    assert mr.extract_answer("3 cm and 5 cm", "auto") == "3 cm and 5 cm"
+    assert mr.extract_answer("The sides are $3$ cm and $5$ cm", "auto") == "5"  # no mark: the last expression
+    assert mr.extract_answer("2 3", "auto") == "2 3"
+
+
+def test_issue_categories_through_the_reward_in_auto_mode():
+    """Free-form completions as other projects' suites write them, scored with extract=auto."""
+    cases = [
+        ("1000", "Final Answer: The final answer is $1,000$. I hope it is correct.", 1.0),
+        ("1000", "Final Answer: The final answer is 1,000.I hope it is correct.", 1.0),
+        ("1", "Final Answer: The final answer is $1,000$. I hope it is correct.", 0.0),
+        ("1000", "So $500 + 500 = 1,000$.", 1.0),
+        ("3, 5", "The answers are 3 cm and 5 cm.", 1.0),
+        ("3, 5", "The answers are 3 cm and 6 cm.", 0.0),
+        (r"\frac{40}{9}", "The answer is 4 4/9.", 1.0),
+        (r"\frac{16}{9}", "The answer is 4 4/9.", 0.0),
+        ("6", r"$$2 \cdot 3 = 6\\$$", 1.0),
+        ("x=2 and y=3", r"The solution is $\boxed{(2, 3)}$.", 1.0),
+        ("x=2 and y=3", r"The solution is $\boxed{(3, 2)}$.", 0.0),
+    ]
+    scores = mr.math_reward(None, [c for _, c, _ in cases], None, answer=[g for g, _, _ in cases], extract="auto")
+    assert [s.value for s in scores] == [v for _, _, v in cases], [s.info for s in scores]
+
+
+def test_normalisation_of_the_issue_categories():
+    assert mr._mixed_number("4 4/9") == "\\frac{40}{9}"
+    assert mr._mixed_number("-2 \\frac{1}{3}") == "-\\frac{7}{3}"
+    assert mr._mixed_number("2 3") == "2 3" and mr._mixed_number("2 4/3") == "2 4/3"
+    assert mr._mixed_number("4 0/9") == "4 0/9"
+    assert mr._strip_trailing_noise("5\\\\") == "5"
+    assert mr._strip_trailing_noise("12\\, \\quad ~") == "12"
+    assert mr._strip_trailing_noise("1\\\\2") == "1\\\\2"
+    assert mr._strip_trailing_noise(" " * 50_000 + "x") == " " * 50_000 + "x"  # linear, no regex backtracking
+    assert mr.normalize_answer("3\\text{ cm}, 5\\text{ cm}") == "3, 5"
+    assert mr.normalize_answer("1,000 \\text{ cm}") == "1,000"  # a thousands comma is no list
+    assert mr.normalize_answer("500 + 500 = 1,000") == "1,000"
+
+
+def test_numbers_close_reads_decimals_as_roundings():
+    from fractions import Fraction as F
+
+    def num(text):
+        return mr._plain_number(text)
+
+    assert mr._numbers_close(num("\\frac{1}{3}"), num("0.333333"))
+    assert mr._numbers_close(num("0.333333"), num("\\frac{1}{3}"))
+    assert not mr._numbers_close(num("\\frac{1}{3}"), num("0.33333"))  # 5 digits, 5 places
+    assert mr._numbers_close(num("1234567.46"), num("1234567.5"))  # the coarser rounds the finer
+    assert not mr._numbers_close(num("1234567.44"), num("1234567.5"))
+    assert not mr._numbers_close(num("12"), num("12.0000006"))
+    assert mr._numbers_close(num("12"), num("12.0000001"))  # one unit in the last place, 2e-6 relative
+    assert mr._numbers_close((F(2), None), (F(2), (1, 2)))
+    assert mr._decimal_digits("0.014286") == (6, 5) and mr._decimal_digits("1,234.50") == (2, 6)
 
 
 def test_boxes_joined_into_one_answer():
@@ -525,13 +673,18 @@ SLOW_TO_PARSE = "(" * 150 + "1" + ")" * 150
 
 
 def test_one_adversarial_does_not_block_the_batch(table_scores):
+    """What matters: the batch comes back in time, right, with the adversarial record scored 0
+    and counted. Not which way it failed: the parser gives up on this nesting after a time that
+    depends on the machine's load, sometimes before the soft limit ("could not parse"),
+    sometimes after it ("took longer than"), rarely at the hard limit -- all three score 0."""
     limit = 2.0
     golds = ["12"] + [g for g, _, _ in NORMAL]
     completions = [f"\\boxed{{{SLOW_TO_PARSE}}}"] + [completion_for(p) for _, p, _ in NORMAL]
     t0 = time.monotonic()
     scores = mr.math_reward(None, completions, None, answer=golds, timeout=limit)
     elapsed = time.monotonic() - t0
-    assert scores[0].value == 0.0 and ("longer than" in scores[0].info["why"] or "limit" in scores[0].info["why"])
+    assert len(scores) == len(completions)
+    assert scores[0].value == 0.0 and scores[0].info["why"], scores[0].info
     assert [s.value for s in scores[1:]] == [v for _, _, v in NORMAL]
     assert elapsed < limit + 1.5, elapsed
 
