@@ -78,14 +78,16 @@ def worker(model_path: str, way: str, bucket_mb: int, repeats: int, check: bool)
         from rlvr.server import SamplerProcess, ServerSampler, server_command, server_env
         from rlvr.weight_sync import free_port
 
-        port = free_port()
+        from rlvr.sampler_auth import new_secret
+
+        port, secret = free_port(), new_secret()
         proc = SamplerProcess(server_command(model_path, port=port, max_model_len=256, dtype="float32", seed=0,
                                              gpu_memory_utilization=0.1, on_cpu=True),
-                              server_env(devices=None, on_cpu=True, cpu_kvcache_gib=1),
+                              server_env(devices=None, on_cpu=True, cpu_kvcache_gib=1, secret=secret),
                               Path(tempfile.gettempdir()) / f"bench-sync-{port}.log", port)
         proc.wait_ready(900)
-        sampler = ServerSampler([proc.url], rank=0, world=1, timeout_s=900, bucket_bytes=bucket_mb << 20,
-                                processes=[proc])
+        sampler = ServerSampler([proc.url], secret=secret, rank=0, world=1, timeout_s=900,
+                                bucket_bytes=bucket_mb << 20, processes=[proc])
     else:
         sampler = VLLMSampler(model_path, max_model_len=256, seed=0, gpu_memory_utilization=0.1, cpu_kvcache_gib=1,
                               in_process=way == "in-process", on_cpu=True, dtype="float32",

@@ -22,8 +22,11 @@ Markdown fences are stripped from completions. The value is 1.0 when every test
 passes, else 0.0; with ``partial=True`` it is the fraction of asserts (or io
 cases) that passed. ``None`` when the record has no tests or its tests are
 themselves broken. ``reward_info`` says the isolation level used, the verdict,
-the first failure and the run time. See ``rlvr_plugins.sandbox`` for what the
-sandbox protects against; ``isolation="process"`` must be chosen explicitly.
+the first failure (control characters escaped) and the run time (wall seconds
+measured on the host, also when the program took its sandbox worker down). See
+``rlvr_plugins.sandbox`` for what the sandbox protects against;
+``isolation="process"`` must be chosen explicitly, and logs a warning saying
+what it leaves open.
 """
 
 from __future__ import annotations

@@ -19,7 +19,8 @@ at 85% of it usually stops the work first and keeps the worker):
    (``\\boxed{1}, \\boxed{2}``) are one answer, a list;
 2. normalise both strings (math delimiters, ``\\dfrac``, ``\\mathrm{e}``, units,
    thousands separators, ``\\$``, degrees, scientific notation, repeating decimals,
-   lists joined by words and the units of each item, a worked computation ``1+18 = 19``
+   lists joined by words and the units of each item (one letter in ``\\text{ m}``, never a bare
+   ``2m``), a worked computation ``1+18 = 19``
    (``500 + 500 = 1,000``) as its result, mixed numbers ``4 4/9``, a trailing ``\\\\`` or
    spacing command);
 3. equal if identical after math-verify's normalisation; times of day (never ratios:
@@ -38,14 +39,21 @@ at 85% of it usually stops the work first and keeps the worker):
    tuples, sets, intervals and matrices element-wise, expression trees equal up to
    the order of terms and factors (before any evaluation: a reordered symbolic sum
    would take seconds at random points), symbolic expressions at random rational
-   points with adaptive-precision evaluation, and a decimal of fewer than 10
-   significant digits never equals an irrational value (``3.14159`` is not ``\\pi``);
+   points with adaptive-precision evaluation; a decimal as written (``2.6667``, alone or in
+   a tuple, interval or matrix) equals an exact value, rational or irrational, that it
+   correctly rounds with 4+ significant digits and within 1e-4 relative (``3.1416`` is
+   ``\\pi``, ``3.14`` is not), see ``_decimal_rounds``; arithmetic on decimals of fewer
+   than 10 significant digits never equals an irrational value;
 6. ``math_verify.verify`` for everything else (text answers, sets vs relations, ...);
    Named values against an unnamed list (``x=2 and y=3`` vs ``(2, 3)``) are compared in order
    before all this (never as a set); a decimal equals what it rounds (see ``_numbers_close``);
 7. where the literal reading is not equal, other readings of either side: a gold
    ``label = value`` (``V_1:V_2=11:21``, ``AB=4, CD=5``) against a bare value, and a
    decimal comma (``1,22``) where the comma cannot separate thousands.
+
+Percentages: an answer marked as one (``50\\%``, ``50 percent``) equals both 50 and 0.5, as in
+math-verify; bare numbers are never rescaled (0.5 is not 50), unlike Qwen2.5-Math's grader,
+whose ``include_percentage`` also takes 50 for 0.5.
 
 Values: 1.0 equal, 0.0 different / no answer found / too slow (reason in
 ``info["why"]``), ``None`` when the gold answer cannot be parsed or the checker
@@ -54,6 +62,8 @@ itself failed.
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 import re
 from fractions import Fraction
@@ -637,6 +647,28 @@ def _strip_units(s: str) -> str:
     return s
 
 
+# A one-letter unit in text mode after a number, ending the answer or one of its items:
+# "3\text{ m}, 5\text{ m}", "12\textrm{ s}", "5 \text{g}^2". Text mode marks a word, not a
+# variable (a bare "2m" stays 2*m); \mathrm{..} is left alone (\mathrm{e}, \mathrm{i}, \mathrm{d}x),
+# and so are e and i in any font.
+_LETTER_UNIT_RE = re.compile(
+    r"(?<=[\d}.])\s*\\(?:text|textrm|textnormal|textup|mbox)\s*\{\s*[A-DF-HJ-Za-df-hj-z]\s*\}"
+    r"(?:\s*\^\s*\{?\s*[23]\s*\}?)?"
+    r"(?=\s*(?:$|[,;]|(?:and|or)\b|\\(?:text|textrm|textnormal|mbox)\s*\{\s*(?:and|or)\s*\}))")
+
+
+def _strip_letter_units(s: str) -> str:
+    """``3\\text{ m}, 5\\text{ m}`` -> ``3, 5`` (top level only: ``\\{2\\text{ m}\\}`` is kept)."""
+    if "\\" not in s:
+        return s
+    out, last = [], 0
+    for m in itertools.islice(_LETTER_UNIT_RE.finditer(s), 50):  # _depth_at is linear: a bounded count
+        if _depth_at(s, m.start()) == 0:
+            out.append(s[last : m.start()])
+            last = m.end()
+    return "".join(out) + s[last:] if out else s
+
+
 # Separators of list items; not a thousands comma ("x = 1,000" is one item).
 _ITEM_SEP_RE = re.compile(r";|,(?!\d{3}(?![\d.]))")
 
@@ -701,6 +733,7 @@ def normalize_answer(s: str) -> str:
     s = _BANG_SEP_RE.sub(",", s)
     s = s.replace("\\displaystyle", "").replace("\\$", "").replace("\\!", "")
     s = re.sub(r"\\[dtc]frac", r"\\frac", s)
+    s = _strip_letter_units(s)
     # math-verify turns \mathrm{..} into \text{..} and then drops a \text{..} at the end of the
     # string as a unit -- even inside a fraction: "1-\frac{1}{\mathrm{e}}" parsed as "1-\frac{1}{".
     s = _FONT_LETTER_RE.sub(r"\1", s)
@@ -941,7 +974,7 @@ def _imaginary_unit(expr):
 
 # ---- exact and numeric comparison of sympy objects -------------------------------------------
 
-_REL_TOL_FLOAT = 2e-6  # a decimal with 6 significant digits matches (1/3 vs 0.333333)
+_REL_TOL_FLOAT = 2e-6  # arithmetic on decimals, and 15+ digit floats (a written decimal: _decimal_rounds)
 _ZERO_PREC_BITS = 10  # evalf returns "0.e-160" (precision ~1 bit) for a zero it cannot prove
 
 
@@ -981,9 +1014,11 @@ def _is_zero_value(v) -> bool | None:
 
 
 def _numbers_equal(g, p) -> bool | None:
-    """Exact comparison of constant expressions; relative tolerance when decimals appear."""
+    """Exact comparison of constant expressions; a written decimal against an exact value or another
+    decimal as a rounding (:func:`_numbers_close`); relative tolerance for other decimal arithmetic."""
     sp = _MV["sympy"]
     try:
+        written = g, p
         g, p = g.doit(), p.doit()
         if g == p:
             return True
@@ -994,6 +1029,9 @@ def _numbers_equal(g, p) -> bool | None:
             return None
         if gv.is_finite is False or pv.is_finite is False:
             return bool(gv == pv)
+        plain = [_as_plain(w, e) for w, e in zip(written, (g, p))]
+        if None not in plain and (plain[0][1] or plain[1][1]):  # a decimal as written: what it rounds
+            return _numbers_close(*plain)
         if _rounded_irrational(g, p) or _rounded_irrational(p, g):
             return False
         if _has_float(g) or _has_float(p):
@@ -1006,14 +1044,59 @@ def _numbers_equal(g, p) -> bool | None:
         return None
 
 
+def _literal_decimal(e) -> tuple | None:
+    """A decimal as the parser read it (``2.6667``, ``-3.141593``: a Float or its negation, not
+    arithmetic on one) -> (value as written, (places, significant digits)); None otherwise, and
+    for a literal longer than a double holds (the parser keeps its digits: see
+    :func:`_rounded_irrational`). The written digits come back as the shortest decimal that
+    reads as the same double (a written trailing zero is lost: ``2.6670`` reads as ``2.667``)."""
+    from decimal import Decimal
+
+    sp = _MV["sympy"]
+    sign = 1
+    if isinstance(e, sp.Mul) and len(e.args) == 2 and e.args[0] == -1:
+        e, sign = e.args[1], -1
+    if not isinstance(e, sp.Float) or e._prec > 53:
+        return None
+    written = Decimal(repr(float(e)))
+    if not written.is_finite():
+        return None
+    _, digits, exponent = written.as_tuple()
+    return sign * Fraction(written), (max(-exponent, 0), len("".join(map(str, digits)).lstrip("0")))
+
+
+_EXACT_DIGITS = 40  # an exact irrational value is compared through this many digits
+
+
+def _as_plain(written, value) -> tuple | None:
+    """A side of :func:`_numbers_equal` as :func:`_numbers_close` takes it: a literal decimal
+    with its written digits, or an exact real value (no float in it) as a Fraction -- an
+    irrational one (``\\pi``, ``\\sqrt{2}``, ``e``) through 40 correct digits; None for anything
+    else (arithmetic on decimals, complex values, a value evalf cannot pin down)."""
+    sp = _MV["sympy"]
+    literal = _literal_decimal(written)
+    if literal is not None:
+        return literal
+    if _has_float(value) or _has_float(written):
+        return None
+    if isinstance(value, sp.Rational):
+        return Fraction(int(value.p), int(value.q)), None
+    approx = value.evalf(_EXACT_DIGITS)
+    if not (isinstance(approx, sp.Float) and approx._prec >= 3.3 * _EXACT_DIGITS):
+        return None  # not real, or evalf could not reach the precision (a zero it cannot prove)
+    exact = sp.Rational(approx)  # the binary value of the approximation, exactly
+    return Fraction(int(exact.p), int(exact.q)), None
+
+
 _FULL_PRECISION_DIGITS = 10
 
 
 def _rounded_irrational(decimal, exact) -> bool:
-    """Is ``decimal`` a plain decimal of fewer than 10 significant digits and ``exact`` an exact
-    irrational value (``3.14159`` vs ``\\pi``, ``1.414`` vs ``\\sqrt2``)? Then they differ: the
-    decimal is an approximation. A full-precision decimal (a float printed by a program) is
-    the value itself; rationals keep the float tolerance (``0.333333`` = ``1/3``)."""
+    """Is ``decimal`` arithmetic on decimals of fewer than 10 significant digits that evaluates
+    to one (``2 \\times 1.414214``) and ``exact`` an exact irrational value? Then they differ: no
+    written digit says how it was rounded. (A decimal as written is compared through
+    :func:`_as_plain` before this.) A full-precision decimal (a float printed by a program) is
+    the value itself; rationals keep the float tolerance."""
     sp = _MV["sympy"]
     if not _has_float(decimal) or _has_float(exact):
         return False
@@ -1323,24 +1406,58 @@ def _log10_size(e) -> float:
     return max(sizes)
 
 
-_MACHINE_FLOAT_DIGITS = 10  # a decimal this long is a program's float, not a rounded answer
-_MIN_ROUNDED_DIGITS = 6  # a rounded decimal stands for a value only with this many significant digits ...
-_MIN_ROUNDED_PLACES, _MIN_PLACES_DIGITS = 6, 4  # ... or with 6 decimal places and 4 digits (0.014286 = 1/70)
+# A decimal this long is a program's float, not a rounded answer: a double printed in full has
+# 15-17 significant digits (11.999999999999998). Shorter ones are roundings (123456789.4 is not
+# 123456789, nor 123456900.0, though within the 2e-6 relative tolerance such floats get).
+_MACHINE_FLOAT_DIGITS = 15
+_MV_DEFAULT_PLACES = 6  # math-verify's default float_rounding
+# A decimal written with this many significant digits may stand for a value it rounds; one with
+# fewer is read as exact (0.1 is 1/10, 3.14 is not pi, 0.333 is not 1/3).
+_MIN_ROUNDED_DIGITS = 4
+# ... and then only within this relative error of that value: the tolerance of the graders most
+# RL math pipelines use (Qwen2.5-Math and DeepSeek-Math evaluation/grader.py ``numeric_equal``:
+# ``isclose(prediction, reference, rel_tol=1e-4)``; verl's prime_math ``math_equal`` the same).
+_ROUNDED_REL_TOL = Fraction(1, 10_000)
+
+
+def _decimal_rounds(decimal: Fraction, places: int, digits: int, value: Fraction, truncated: bool = True) -> bool:
+    """Does a decimal written with ``places`` decimal places and ``digits`` significant digits
+    stand for ``value`` (exact, or an irrational's 40-digit approximation)?
+
+    Yes when it is ``value`` correctly rounded at its last written digit (half up or half
+    even: a tie may go either way) and off by at most 1e-4 relative, with 4 significant digits
+    or more: ``0.3333`` = 1/3 (error exactly 1e-4 relative; math-verify's own suite expects it),
+    ``2.6667`` = 8/3, ``3.1416`` = pi, ``-3.141593`` = -pi. Not ``0.33``/``0.333`` (too coarse:
+    read as exact, and 1e-3 off), ``3.14`` (too coarse), ``3.142`` for pi (1.3e-4 off),
+    ``0.3334`` or ``2.6668`` (a wrong last digit: 2.6668 is within 1e-4 of 8/3 but claims
+    +-0.00005 and is 0.00013 off), ``2.0001`` for 2 (an integer rounds to 2.0000).
+
+    Or, if ``truncated``, within 2e-6 relative and one unit in the last place, when that is
+    the value truncated (``0.666666`` = 2/3) or a last digit past the 6th place, where
+    math-verify's default comparison (at 6 places) cannot see it either (``0.3333334`` = 1/3,
+    ``12.0000001`` = 12). Never an integer's wrong last digit before that (``1234567.1`` and
+    ``1234567.01`` are not 1234567, though within 2e-6)."""
+    error = abs(value - decimal)
+    unit = Fraction(1, 10**places) if places >= 0 else Fraction(10**-places)
+    if digits >= _MIN_ROUNDED_DIGITS and error * 2 <= unit and error <= _ROUNDED_REL_TOL * abs(value):
+        return True
+    if not truncated or error > unit or error > Fraction(str(_REL_TOL_FLOAT)) * max(abs(value), abs(decimal)):
+        return False
+    toward_zero = Fraction(math.floor(abs(value) / unit)) * unit * (1 if value >= 0 else -1)
+    return decimal == toward_zero or places > _MV_DEFAULT_PLACES
 
 
 def _numbers_close(a: tuple, b: tuple) -> bool:
     """Two plain numbers, each (Fraction, (places, significant digits) or None when exact).
 
-    Integers and fractions are exact. A decimal stands for what it rounds: it equals a value
-    that, rounded at its last written digit, gives it (``0.333333`` = ``1/3``), or -- as
-    math-verify's default (both sides rounded to 6 places) allows -- one it is off from by at
-    most one unit in that digit and 2e-6 relative (``0.3333334``). Never with too few digits:
-    ``0.333`` is not ``1/3`` (math-verify agrees), ``0.1`` is not ``0.1000004``, ``0.000001`` is not
-    ``0.0000012`` (math-verify's absolute rounding calls those equal). A long decimal (10+
-    significant digits, a float printed by a program) keeps the plain relative tolerance
-    (``11.999999999999998`` = 12). Two decimals: the coarser must be the rounding of the finer
-    (``1234567.5`` is not ``1234567.6``; before, a relative tolerance made ``1234567`` equal to
-    ``1234567.5``)."""
+    Integers and fractions are exact. A decimal stands for what it rounds (see
+    :func:`_decimal_rounds`), on either side: the gold may be the rounded one (``0.3333`` vs
+    ``1/3``; Qwen's and math-verify's comparisons are symmetric too). Two decimals: the coarser
+    must be the rounding of the finer (``1234567.5`` is not ``1234567.6`` nor ``1234567.44``;
+    ``0.1`` is not ``0.1000004``: one digit is exact). A long decimal (15+ significant digits,
+    a double printed by a program) keeps the plain relative tolerance (``11.999999999999998`` =
+    12). Integers against decimals: the decimal must round the integer (``2.0001`` is not 2,
+    ``1234567.5`` is not ``1234567``)."""
     (x, x_dec), (y, y_dec) = a, b
     if x == y:
         return True
@@ -1354,13 +1471,9 @@ def _numbers_close(a: tuple, b: tuple) -> bool:
         else ((y, y_dec), x_dec)
     if other is not None and other[0] == places:
         return False  # the same number of places and different: neither rounds the other
-    if not (digits >= _MIN_ROUNDED_DIGITS or (places >= _MIN_ROUNDED_PLACES and digits >= _MIN_PLACES_DIGITS)):
-        return False
     value = y if d is x else x
-    unit = Fraction(1, 10**places)
-    if abs(value - d) * 2 <= unit:
-        return True
-    return other is None and abs(value - d) <= unit and abs(value - d) <= _REL_TOL_FLOAT * scale
+    # two decimals: only a correct rounding of the finer (a truncated rounding is off twice)
+    return _decimal_rounds(d, places, digits, value, truncated=other is None)
 
 
 def _same_symbols(gold, pred):

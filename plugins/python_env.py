@@ -33,11 +33,16 @@ Decisions, and why:
   seeded once per episode, so replays draw what the first run drew.
 - Output: stdout and stderr interleaved (one pipe), the first ``max_output_chars``
   characters and a marker when there was more; an exception adds its last traceback line,
-  a timeout or crash says so. Replies are inline (``Reply.role`` None), as ToRA trains them.
+  a timeout or crash says so. Control characters (NUL, terminal escape sequences, lone
+  carriage returns, DEL, C1) come back escaped as visible text (``\\x1b``; see the sandbox's
+  ``escape_controls``), so a cell cannot smuggle them into the policy's context or the logs.
+  Replies are inline (``Reply.role`` None), as ToRA trains them.
 - Metrics per call (``Reply.metrics``): ``tool_calls`` 1; ``tool_errors`` 1 when the cell did
   not run to its end without an exception (timeouts, crashes and refusals included);
   ``tool_timeouts`` 1 for a timeout. Calls past ``max_calls`` or past the episode's sandbox
   time (``episode_timeout_s``) are refused with a line that says so, and count as errors.
+  Sandbox time is each call's wall time as the host measured it, whatever the call did: a
+  cell that crashed, or took its worker down, is charged the seconds it held the worker.
 - ``state`` (the rewards' ``env_state``): every cell sent (``cells``), its formatted output
   (``outputs``), its status (``statuses``: the sandbox's ``ok``, ``error``, ``timeout``,
   ``crashed``, ``exited``, ``output_limit``, or ``refused``), the metric totals and

@@ -22,16 +22,24 @@ What it protects against, with ``isolation="bwrap"`` (the default):
   no ``/etc``, ``/home``, ``/root`` or project directory; no network (a loopback
   device that is down). Inside, the fork server, zygote and tester are not
   dumpable (no ptrace, no ``/proc/<pid>/mem`` or ``/proc/<pid>/fd`` access), and
-  every program runs as pid 1 of a pid namespace of its own, with its own SysV IPC
-  namespace, capabilities dropped again and ``no_new_privs``: it cannot see or
-  signal anything outside that namespace, and when it ends the kernel kills
-  everything it left behind (``setsid``, double forks, orphans). The only writable
-  places, size-capped ``/tmp`` and ``/dev/shm``, are emptied after every program.
+  every program runs as pid 1 of a pid namespace of its own, in a session and
+  process group of its own, with its own SysV IPC namespace, capabilities dropped
+  again and ``no_new_privs``: it cannot see or signal anything outside that
+  namespace -- ``kill(-1, ...)`` reaches its own processes only, and ``kill(0,
+  ...)``/``killpg(getpgrp(), ...)`` its own group only (process groups span pid
+  namespaces: without a group of its own, a ``SIGSTOP`` to it would stop the fork
+  server and the tester) -- and when it ends the kernel kills everything it left
+  behind (``setsid``, double forks, orphans). The only writable places,
+  size-capped ``/tmp`` and ``/dev/shm``, are emptied after every program.
 - Resource abuse. rlimits per program (address space, CPU seconds, file size, open
   files, processes, no core dumps), a wall-clock deadline enforced from outside, a
   cap on stdout+stderr bytes, and -- where the cgroup v1 ``pids`` and ``memory``
   controllers are writable (as root) -- a process-count and memory ceiling per
-  worker.
+  worker. ``Result.elapsed`` is wall time measured on the host, from handing the
+  job over to its result (or to the worker's death): whatever a program does, its
+  run is charged at least the time it took.
+- Terminal and log injection. Text that comes back from a program (``output``,
+  ``message``) has its control characters escaped (``escape_controls``).
 
 What it does not protect against:
 
@@ -47,12 +55,19 @@ What it does not protect against:
 - Without writable cgroups (not root, or cgroup v2 only), memory caps are
   per-process rlimits only, which a program can spread across processes.
 
-``isolation="process"`` is the explicit weaker level: the same fork server, zygote,
-tester and proxies (so verdicts still cannot be faked) and the same rlimits,
-cgroups and output caps, but no namespaces: the program can read what its uid can
-read, use the network and, when it escapes its session with ``setsid``, outlive
-the run unless the pids cgroup is available (it is swept after every run). As root
-the program is switched to uid/gid 65534.
+``isolation="process"`` is the explicit weaker level, and choosing it logs a warning
+(once per process) that says what follows: the same fork server, zygote, tester and
+proxies (so verdicts still cannot be faked) and the same rlimits, cgroups and output
+caps, and each program in a session and process group of its own (``kill(0, ...)``
+reaches its own group only; its group is killed after the run), but no namespaces:
+the program can read what its uid can read (``/etc/passwd``, world-readable files),
+use the network (loopback services included) and, when it escapes its session with
+``setsid``, outlive the run unless the pids cgroup is available (it is swept after
+every run). ``kill(-1, ...)`` reaches every process of the program's uid, which
+without namespaces nothing can narrow: as root, each worker's programs run as a
+uid/gid of that worker's own (``_private_uid``), so they reach that worker's own
+programs only, never another episode's; not as root, programs run as the host's
+own user and can signal every process of it, the trainer included.
 
 Candidates see the interpreter's standard library (and its own site-packages), not
 the project's virtual environment.
@@ -72,7 +87,10 @@ shipped into the sandbox.
 from __future__ import annotations
 
 import functools
+import itertools
+import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -96,7 +114,10 @@ from .sandbox_limits import (
     NOBODY,
 )
 
-__all__ = ["Job", "Result", "Sandbox", "get_sandbox", "ISOLATION_LEVELS", "JOB_MODES", "close_all"]
+__all__ = ["Job", "Result", "Sandbox", "get_sandbox", "escape_controls", "ISOLATION_LEVELS", "JOB_MODES",
+           "close_all"]
+
+log = logging.getLogger("rlvr.sandbox")
 
 ISOLATION_LEVELS = ("bwrap", "process")
 JOB_MODES = ("call", "io", "exec")
@@ -188,7 +209,10 @@ class Result:
     """``status``: passed, failed, error (raised / did not load), timeout, crashed,
     output_limit, invalid_test (the tests themselves are broken) or sandbox_error;
     in exec mode ok instead of passed and failed, exited besides (see ``Job``).
-    ``output`` and ``output_bytes``: exec mode only."""
+    ``output`` and ``output_bytes``: exec mode only. ``output`` and ``message``
+    have their control characters escaped (``escape_controls``); ``output_bytes``
+    counts the bytes the program wrote. ``elapsed``: wall seconds of the run,
+    measured on the host."""
 
     status: str
     passed: int
@@ -202,6 +226,24 @@ class Result:
     @property
     def ok(self) -> bool:
         return self.status in ("passed", "ok")
+
+
+# C0 controls but tab and newline, DEL, and C1 controls: what a terminal, a log viewer
+# or a tokenizer may act on rather than show. (\r\n is normalised to \n first.)
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with its control characters written out as Python's ``repr`` writes
+    them (``\\x00``, ``\\x1b``, ``\\r``, ``\\x85``), so that program output shown to a
+    model or written to a log cannot carry terminal escape sequences, NULs or
+    carriage-return overwrites. Newlines and tabs stay; ``\\r\\n`` becomes ``\\n``."""
+    return _CONTROLS.sub(_escape_one, text.replace("\r\n", "\n"))
+
+
+def _escape_one(match: re.Match) -> str:
+    char = match.group()
+    return "\\r" if char == "\r" else f"\\x{ord(char):02x}"
 
 
 def _bind_args() -> list[str]:
@@ -275,6 +317,7 @@ class _Worker:
         self.cgroups: dict[str, str] = {}
         self.memory_limit = 0
         self.workdir: str | None = None  # process isolation: where program runs get their directories
+        self.uid: int | None = None  # process isolation as root: the uid/gid its programs run as
         # One worker's processes hand each job along a chain (fork server, zygote,
         # candidate, tester) where only one of them runs at a time. On one CPU each
         # hand-off is a plain context switch; spread over CPUs each one waits for an
@@ -302,10 +345,12 @@ class _Worker:
             import tempfile
 
             self.workdir = tempfile.mkdtemp(prefix="rlvr-sandbox-")
-            os.chmod(self.workdir, 0o711)  # programs (uid 65534 under root) may enter their own subdirectory
-        config = {"namespaces": self.pool.isolation == "bwrap", "workdir": self.workdir,
+            os.chmod(self.workdir, 0o711)  # programs (another uid under root) may enter their own subdirectory
+            if os.geteuid() == 0 and self.uid is None:
+                self.uid = _private_uid()  # kept across restarts
+        config = {"namespaces": self.pool.isolation == "bwrap", "workdir": self.workdir, "uid": self.uid,
                   "cgroup_procs": os.path.join(self.cgroups["pids"], "cgroup.procs") if "pids" in self.cgroups else None,
-                  "user_processes": _count_user_processes(NOBODY if os.geteuid() == 0 else os.getuid()),
+                  "user_processes": _count_user_processes(self.uid if self.uid is not None else os.getuid()),
                   "cpus": self.cpus}
         try:
             for source in _shipped_sources():
@@ -438,15 +483,21 @@ class _Worker:
             self.start()
         self.set_memory(job.memory_mb)
         wire = job.to_wire()
+        # The run's wall time is measured here, not reported from inside: a worker
+        # that dies or hangs mid-run reports nothing, and its run must still be
+        # charged (an episode's time budget counts these seconds).
+        start = time.monotonic()
         try:
             _send(self.proc.stdin.fileno(), wire)
-            reply = _recv(self.proc.stdout.fileno(), time.monotonic() + job.budget())
+            reply = _recv(self.proc.stdout.fileno(), start + job.budget())
         except (_Timeout, _Closed, OSError, ValueError) as e:
+            elapsed = time.monotonic() - start
             # The candidate may have taken the whole worker down (e.g. the memory
             # cgroup's OOM killer chose the fork server): a failure, never a pass.
             self.stop()
-            return {"status": "crashed", "passed": 0, "total": 0, "elapsed": 0.0,
+            return {"status": "crashed", "passed": 0, "total": 0, "elapsed": round(elapsed, 4),
                     "message": f"the sandbox worker died during the run ({type(e).__name__})"}
+        reply["elapsed"] = round(time.monotonic() - start, 4)
         if reply.get("status") == "sandbox_error":
             self.stop()
         return reply
@@ -463,6 +514,35 @@ def _count_user_processes(uid: int) -> int:
             except OSError:
                 pass
     return count
+
+
+# Process isolation as root: uids for workers' programs, one per worker, far above
+# what user databases and container tools hand out (< 0x70000000) and below the
+# sign bit. Where a program runs as a uid no other process has, kill(-1) -- which
+# signals every process of the caller's uid -- cannot reach another worker's program.
+_PRIVATE_UIDS = range(0x70000000, 0x7FF00000)
+_private_uid_counter = itertools.count()
+_private_uid_lock = threading.Lock()
+
+
+def _private_uid() -> int:
+    """A uid (and gid) of its own for one worker's programs: unused in this process,
+    named in no user database, and running no process now. The starting point
+    depends on our pid, so that two host processes seldom try the same ones."""
+    import pwd
+
+    base = (os.getpid() * 4096) % len(_PRIVATE_UIDS)
+    with _private_uid_lock:
+        for _ in range(1000):
+            uid = _PRIVATE_UIDS[(base + next(_private_uid_counter)) % len(_PRIVATE_UIDS)]
+            try:
+                pwd.getpwuid(uid)
+                continue
+            except KeyError:
+                pass
+            if _count_user_processes(uid) == 0:
+                return uid
+    raise RlvrError(_unavailable_message("process", "no unused uid found for its programs"))
 
 
 @functools.cache
@@ -505,6 +585,8 @@ class Sandbox:
             raise RlvrError(_unavailable_message(isolation, "it needs Linux"))
         self.isolation = isolation
         self.bwrap = ""
+        if isolation == "process":
+            _warn_weak_isolation(_process_isolation_warning(os.geteuid() == 0, "pids" in _cgroup_controllers()))
         if isolation == "bwrap":
             self.bwrap = shutil.which("bwrap") or ""
             if not self.bwrap:
@@ -552,9 +634,11 @@ class Sandbox:
             reply = worker.run(job)
         finally:
             self._idle.put(worker)
+        # The program's text (its output, its exception's message) goes on to a model
+        # and to logs: escaped here, in the one place every result passes.
         return Result(status=reply["status"], passed=reply["passed"], total=reply["total"],
-                      message=reply.get("message", ""), elapsed=reply.get("elapsed", 0.0),
-                      isolation=self.isolation, output=str(reply.get("output", "")),
+                      message=escape_controls(str(reply.get("message", ""))), elapsed=reply["elapsed"],
+                      isolation=self.isolation, output=escape_controls(str(reply.get("output", ""))),
                       output_bytes=int(reply.get("output_bytes", 0)))
 
     def run_many(self, jobs: list[Job]) -> list[Result]:
@@ -599,6 +683,27 @@ class Sandbox:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _process_isolation_warning(as_root: bool, pids_cgroup: bool) -> str:
+    """What ``isolation='process'`` leaves open, for the warning logged when it is chosen."""
+    if as_root:
+        signals = ("kill(-1) reaches every process of its uid -- the programs of its worker only "
+                   "(each worker runs its programs as a uid of its own)")
+    else:
+        signals = ("it runs as your own user, so kill(-1) reaches every process of yours, "
+                   "this trainer included (only namespaces could narrow that)")
+    orphans = ("processes it leaves behind are killed after each run (pids cgroup)" if pids_cgroup else
+               "processes it detaches with setsid can outlive the run (no writable pids cgroup)")
+    return ("sandbox isolation 'process' is chosen: model-written code runs without namespaces. It can read "
+            "every file its uid can read (e.g. /etc/passwd), use the network (loopback services included), and "
+            f"{signals}; {orphans}. Verdicts still cannot be faked. Use isolation 'bwrap' for untrusted code.")
+
+
+@functools.cache
+def _warn_weak_isolation(message: str) -> None:
+    """Log ``message`` once per process (and per distinct message)."""
+    log.warning("%s", message)
 
 
 def _remove_stale_cgroups(controllers: dict[str, str]) -> None:

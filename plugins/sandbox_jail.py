@@ -33,7 +33,6 @@ from .sandbox_limits import (
     MAX_FILE_BYTES,
     MAX_MESSAGE,
     MESSAGE_LIMIT_TEXT,
-    NOBODY,
     TESTER_JOBS,
     TESTER_MEMORY_MB,
 )
@@ -377,7 +376,7 @@ def _server_main() -> None:
             import traceback
 
             _send(1, {"status": "sandbox_error", "passed": 0, "total": 0,
-                      "message": _short("".join(traceback.format_exception_only(e))), "elapsed": 0.0})
+                      "message": _short("".join(traceback.format_exception_only(e)))})
             return
         _send(1, result)
 
@@ -517,15 +516,13 @@ class _Server:
     # -- jobs
 
     def run_job(self, job: dict) -> dict:
-        start = time.monotonic()
+        # No run time in the result: the host measures it, since a worker that dies
+        # (or is stopped) mid-run could not report it.
         if job["mode"] == "io":
-            result = self._run_io(job)
-        elif job["mode"] == "exec":
-            result = self._run_exec(job)
-        else:
-            result = self._run_call(job)
-        result["elapsed"] = round(time.monotonic() - start, 4)
-        return result
+            return self._run_io(job)
+        if job["mode"] == "exec":
+            return self._run_exec(job)
+        return self._run_call(job)
 
     def _run_call(self, job: dict) -> dict:
         deadline = time.monotonic() + job["timeout"]
@@ -954,8 +951,8 @@ class _Zygote:
 
             # Inside the worker's own directory, which the host removes with the worker.
             workdir = tempfile.mkdtemp(prefix="run-", dir=self.config["workdir"])
-            if os.geteuid() == 0:
-                os.chown(workdir, NOBODY, NOBODY)
+            if self.config["uid"] is not None:
+                os.chown(workdir, self.config["uid"], self.config["uid"])
         else:
             # The child becomes pid 1 of a new namespace: when it dies, so does
             # everything it started. Then step back so the next fork is ours again.
@@ -1063,6 +1060,11 @@ def _candidate_main(sock: socket.socket, config: dict, workdir: str | None) -> N
 
     random.seed()  # see _raw_fork
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    # A session and process group of its own, on every path: otherwise the program
+    # shares the fork server's group (bwrap's --new-session makes one session for
+    # all of them), and kill(0, ...) or killpg(getpgrp(), ...) stops or kills the
+    # fork server, the zygote and the tester -- process groups span pid namespaces.
+    os.setsid()
     if config["namespaces"]:
         # Still holding the zygote's capabilities (in its user namespace only):
         # SysV IPC and POSIX message queues of its own, then drop them all.
@@ -1070,12 +1072,6 @@ def _candidate_main(sock: socket.socket, config: dict, workdir: str | None) -> N
         _drop_all_capabilities(config["last_cap"])
         workdir = "/tmp"
     else:
-        os.setsid()
-        if os.geteuid() == 0:
-            os.setgroups([])
-            os.setresgid(NOBODY, NOBODY, NOBODY)
-            os.setresuid(NOBODY, NOBODY, NOBODY)
-            _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the uid change cleared it
         _prctl(_PR_SET_NO_NEW_PRIVS, 1)
     try:  # if a cgroup runs out of memory, kill the candidate first
         fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
@@ -1087,6 +1083,15 @@ def _candidate_main(sock: socket.socket, config: dict, workdir: str | None) -> N
     sock.close()
     if not msg:
         os._exit(0)  # the zygote is gone
+    if not config["namespaces"] and config["uid"] is not None:
+        # The worker's own uid (as root), so that kill(-1) reaches this worker's
+        # programs only. Taken only now: a spare that waited under it could be
+        # stopped by the running program's kill(-1, SIGSTOP), and the next job with it.
+        uid = config["uid"]
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)  # the uid change cleared it
     spec = json.loads(msg)
     mode = spec["mode"]
     program_fd, fds = fds[0], fds[1:]
@@ -1099,11 +1104,11 @@ def _candidate_main(sock: socket.socket, config: dict, workdir: str | None) -> N
     # RLIMIT_NPROC counts the processes of our uid in our user namespace (there:
     # this program's, the zygote's and its spare's; the kernel applies it even
     # where that uid is root outside). Without namespaces it counts all of the
-    # uid's processes on the host.
-    if config["namespaces"]:
-        nproc = spec["max_procs"] + 4
-    else:
-        nproc = spec["max_procs"] + config["user_processes"]
+    # uid's processes on the host (as root: the worker's own uid, which only this
+    # program's processes and leftovers hold; the spare waits under the zygote's).
+    nproc = spec["max_procs"] + 4
+    if not config["namespaces"]:
+        nproc += config["user_processes"]
     _set_rlimits(spec["timeout"], spec["memory_mb"], 256, nproc)
     os.chdir(workdir)
     if mode == "io":

@@ -15,6 +15,6 @@ MAX_FILE_BYTES = 64 << 20  # RLIMIT_FSIZE and the size of the private /tmp
 MAX_MESSAGE = 64 << 20  # one framed message on any channel
 MESSAGE_LIMIT_TEXT = 300  # characters kept of a failure message
 GRACE = 1.0  # seconds the fork server waits past a deadline for the tester's report
-NOBODY = 65534  # the uid and gid programs run as
+NOBODY = 65534  # the uid and gid programs run as inside bwrap (process isolation: a private uid per worker)
 TESTER_JOBS = 500  # jobs one tester process serves before it is replaced
 TESTER_MEMORY_MB = 4096  # the tester's address space

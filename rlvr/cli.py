@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from . import RlvrError, __version__
+from .sampler_auth import SECRET_ENV
 
 
 def _cpus() -> int:
@@ -361,6 +362,10 @@ def train(recipe, overrides, profile, max_steps, output_dir, resume, model, verb
     rec = _load_resolved(recipe, list(overrides), profile, registry, settings)
     output_dir = output_dir or Path("runs") / rec.name
     check_folder_target(output_dir, "--output-dir")
+    if rec.sampling.mode == "server" and rec.sampling.server.urls:
+        from .server import running_samplers_secret
+
+        running_samplers_secret()  # before any model loads
     from .engine import train as run_training
 
     run_training(rec, registry, output_dir, resume=resume, verbose=verbose)
@@ -415,21 +420,33 @@ def eval_cmd(recipe, model, split, limit, ks, output_dir, overrides, profile):
 @_recipe_options
 @click.option("--model", default=None, help="Model to serve (hub id, folder, or alias): the one the trainer starts "
               "from (its --model).")
-@click.option("--host", default="0.0.0.0", show_default=True, help="Address to listen on: 0.0.0.0 lets trainers on "
-              "other nodes reach it (the server has no authentication); 127.0.0.1 this node only.")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on: 127.0.0.1 this node "
+              "only; 0.0.0.0 (or one of this node's addresses) lets trainers on other nodes reach it.")
 @click.option("--port", type=_Int(1, 65535), default=None, help="Port to listen on (default: sampling.server.port, "
               "else 8000).")
-@click.option("--print-command", is_flag=True, help="Print the command line, with the environment it needs, "
-              "instead of running it.")
-def sampler(recipe, overrides, profile, model, host, port, print_command):
+@click.option("--secret-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="File whose first line is the secret (default: $RLVR_SAMPLER_SECRET, else the file "
+              "$RLVR_SAMPLER_SECRET_FILE names).")
+@click.option("--print-command", is_flag=True, help="Print the command line, with the environment it needs "
+              "(the secret left out), instead of running it.")
+def sampler(recipe, overrides, profile, model, host, port, secret_file, print_command):
     """Run one vLLM sampler for a recipe, in the foreground (Ctrl-C stops it).
 
     Start one on each node that should sample, then train with sampling.mode: server and
     sampling.server.urls naming them. The sampler loads the model and sizes its context from the
     recipe's prompts as `rlvr train` does: give it the trainer's recipe, --profile, --set and --model.
+
+    \b
+    Closed to strangers: it listens on 127.0.0.1 unless --host says otherwise, and answers only
+    requests that carry a shared secret (16 characters or more), on every route, and only the
+    routes rlvr uses. Give it the secret in RLVR_SAMPLER_SECRET or in a file (--secret-file, or
+    RLVR_SAMPLER_SECRET_FILE), never on the command line; every trainer rank needs the same secret
+    (RLVR_SAMPLER_SECRET or RLVR_SAMPLER_SECRET_FILE in its environment).
+    Make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))'
     """
     if not host.strip():
-        raise RlvrError("--host: give an address to listen on, e.g. 0.0.0.0 or 127.0.0.1")
+        raise RlvrError("--host: give an address to listen on, e.g. 127.0.0.1 or 0.0.0.0")
+    secret = None if print_command else _sampler_secret(secret_file)  # before the model loads
     settings = [("model.name", model)] if model is not None else []  # taken as given, as in train
     registry = _registry()
     rec = _load_resolved(recipe, list(overrides), profile, registry, settings)
@@ -445,9 +462,13 @@ def sampler(recipe, overrides, profile, model, host, port, print_command):
 
     port = port or rec.sampling.server.port or 8000
     command, env = sampler_launch(rec, registry, host=host, port=port)
-    if print_command:
-        click.echo(_shell_line(command, env))
+    if print_command:  # the secret stays out of the line, and out of anything it is pasted into
+        env.pop(SECRET_ENV, None)
+        click.echo(_shell_line(command, env, keep=(SECRET_ENV,)))
+        click.echo(f"rlvr: set {SECRET_ENV} where you run this line: the sampler refuses every request without it",
+                   err=True)
         return
+    env[SECRET_ENV] = secret
     import socket
 
     where = socket.gethostname() if host in ("0.0.0.0", "::") else host
@@ -461,12 +482,29 @@ def sampler(recipe, overrides, profile, model, host, port, print_command):
         raise RlvrError(f"cannot start the sampler ({command[0]}): {exc.strerror}") from None
 
 
-def _shell_line(command: list[str], env: dict[str, str]) -> str:
+def _sampler_secret(secret_file: Path | None) -> str:
+    """The secret ``rlvr sampler`` guards its routes with (``sampler_auth.given_secret``); a
+    one-line error when there is none or it is too weak."""
+    from .sampler_auth import SECRET_FILE_ENV, given_secret, secret_problem
+
+    try:
+        secret, where = given_secret(secret_file)
+    except ValueError as exc:
+        raise RlvrError(str(exc)) from None
+    problem = secret_problem(secret)
+    if problem:
+        raise RlvrError(f"rlvr sampler needs a secret ({problem} in {where}): set {SECRET_ENV} or {SECRET_FILE_ENV}, "
+                        "or pass --secret-file; make one with python3 -c 'import secrets; print(secrets.token_urlsafe(32))'")
+    return secret
+
+
+def _shell_line(command: list[str], env: dict[str, str], keep: tuple[str, ...] = ()) -> str:
     """``env [-u NAME]... [NAME=VALUE]... COMMAND``, shell-quoted: the command with the variables
-    it needs changed from this environment (set, or removed)."""
+    it needs changed from this environment (set, or removed); those in ``keep`` are left as the
+    shell that runs the line has them."""
     import shlex
 
-    unset = [arg for name in sorted(os.environ) if name not in env for arg in ("-u", name)]
+    unset = [arg for name in sorted(os.environ) if name not in env and name not in keep for arg in ("-u", name)]
     assigned = [f"{name}={value}" for name, value in sorted(env.items()) if os.environ.get(name) != value]
     return shlex.join(["env", *unset, *assigned, *command])
 

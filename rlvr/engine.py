@@ -29,12 +29,14 @@ import os
 import random
 import socket
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from . import RlvrError
 from .checkpoint import TrainState, check_output_dir, load_checkpoint, save_checkpoint, save_final
+from .distributed import process_group_scope
 from .episodes import episode_runner
 from .evaluate import evaluate_with
 from .learner import Learner, is_correction_mode
@@ -113,7 +115,10 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
     check_output_dir(ckpt_dir, resume)
     rewards = bind_rewards(recipe.rewards, registry)
     t, s, algo = recipe.trainer, recipe.sampling, recipe.algorithm
-    with RunOutput(output_dir, rank=rank, verbose=verbose, total_steps=t.steps) as out:
+    # However training ends, the sampler is closed (``closing``) and then the default process
+    # group (DeepSpeed's; vLLM's engine uses it too) destroyed: nothing is left to the exit.
+    with (RunOutput(output_dir, rank=rank, verbose=verbose, total_steps=t.steps) as out, process_group_scope(),
+          ExitStack() as closing):
         import torch
 
         cuda = torch.cuda.is_available()
@@ -154,6 +159,8 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
             sampler = make_sampler(
                 recipe, model_path, longest_prompt=longest, max_new_tokens=new_tokens, seed=t.seed + rank,
                 world=world, get_model=lambda: backend.module, tokenizer=tokenizer, synced=zero3 and world > 1)
+        # vLLM's shutdown may tear down the default process group: nothing collective after it
+        closing.callback(sampler.close)
         state, position = TrainState(), 0
         metrics = MetricsLog(output_dir / "metrics.jsonl", enabled=rank == 0)
         if resume:
@@ -172,6 +179,7 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
         pipeline = Pipeline(producer, lambda: sync_weights(backend.module, sampler, lora=lora, zero3=zero3,
                                                            bucket_bytes=bucket),
                             max_staleness=s.max_staleness, total_steps=t.steps, version=state.step)
+        closing.callback(pipeline.close)  # its generation drawn ahead stops before the sampler closes
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
         learner = Learner(backend, algo, micro_batch_size=t.micro_batch_size, temperature=s.temperature,
                           pad_id=pad_id, device=device, ref_model=ref_model, is_mode=is_mode,
@@ -217,7 +225,6 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
         if rank == 0:
             _write_summary(summary, output_dir)
         dist.barrier()
-        sampler.close()  # vLLM's shutdown may tear down the default process group: nothing collective after it
         return summary
 
 

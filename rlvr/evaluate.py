@@ -12,6 +12,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
+from .distributed import process_group_scope
 from .episodes import episode_runner, episode_sums, unscore_failed
 from .metrics import MAXIMA, reduce_sums
 from .plugins import Registry
@@ -150,10 +151,16 @@ def evaluate(recipe: Recipe, registry: Registry, output_dir: Path) -> dict[str, 
 
         model = AutoModelForCausalLM.from_pretrained(model_path)
     new_tokens = max(eval_max_tokens(recipe), recipe.episode_tokens if recipe.environment else 0)
-    sampler = make_sampler(recipe, model_path, longest_prompt=eval_set.longest, max_new_tokens=new_tokens,
-                           seed=0, get_model=lambda: model, tokenizer=tokenizer)
-    result, per_prompt = evaluate_with(recipe, bind_rewards(recipe.rewards, registry), sampler, eval_set,
-                                       keep_samples=True, episodes=episode_runner(recipe, registry, tokenizer, model_path))
+    # an in-process vLLM engine creates the default process group: it goes however we leave
+    with process_group_scope():
+        sampler = make_sampler(recipe, model_path, longest_prompt=eval_set.longest, max_new_tokens=new_tokens,
+                               seed=0, get_model=lambda: model, tokenizer=tokenizer)
+        try:
+            result, per_prompt = evaluate_with(recipe, bind_rewards(recipe.rewards, registry), sampler, eval_set,
+                                               keep_samples=True,
+                                               episodes=episode_runner(recipe, registry, tokenizer, model_path))
+        finally:
+            sampler.close()  # vLLM tears its own groups down first
     rows = eval_set.rows
     for key in ("subject", "level"):
         if key in rows[0]:
@@ -167,7 +174,6 @@ def evaluate(recipe: Recipe, registry: Registry, output_dir: Path) -> dict[str, 
             f.write(json.dumps({"id": row.get("id") or row.get("task_id"), "samples": p["samples"]}, default=str) + "\n")
     (output_dir / "report.md").write_text(_markdown(result))
     print(_markdown(result))
-    sampler.close()
     return result
 
 

@@ -191,6 +191,8 @@ class VLLMSampler:
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
+        if self.broadcaster is not None:
+            self.broadcaster.close()
         del self.llm
 
 

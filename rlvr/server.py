@@ -8,6 +8,12 @@ through vLLM's own weight-transfer routes; the samplers are paused while the wei
 (``/pause?mode=wait``: in-flight requests finish first, and the prefix cache the old weights
 computed is dropped).
 
+Samplers are closed to strangers (``rlvr.sampler_auth``): every request carries the run's secret,
+which rank 0 makes for the samplers it starts (``RLVR_SAMPLER_SECRET`` in their environment, and
+to the other ranks over the trainer's own process group) or reads from ``RLVR_SAMPLER_SECRET``
+for the running samplers a recipe names; a sampler answers only the routes rlvr uses. A sampler
+this run starts listens on 127.0.0.1 unless trainer ranks on other nodes must reach it.
+
 Every wait has a deadline: start-up (``start_timeout_s``), each request and each collective
 (``timeout_s``). A sampler process that exits or stops answering ends the run with one line
 naming it and its log. The processes die with the trainer: closed on exit, and on Linux they
@@ -30,6 +36,7 @@ from typing import Iterable, Sequence
 import torch
 
 from . import RlvrError
+from .sampler_auth import SECRET_ENV, SECRET_FILE_ENV, auth_headers, given_secret, new_secret, secret_problem
 from .samplers import Completion, per_prompt, prompt_seed, sampler_dtype, whole_prefills
 from .weight_sync import Broadcaster, free_port
 
@@ -40,13 +47,15 @@ _DIE_WITH_PARENT = "RLVR_SAMPLER_DIES_WITH_PARENT"
 def server_command(model_path: str, *, port: int, max_model_len: int, dtype: str, seed: int,
                    gpu_memory_utilization: float, on_cpu: bool, host: str = "127.0.0.1") -> list[str]:
     """The command line of one sampler process (vLLM's OpenAI-compatible server, with rlvr's
-    weight-transfer backend and the log-probs of the distribution sampled from)."""
+    weight-transfer backend, the log-probs of the distribution sampled from, and rlvr's guard in
+    front of every route). It holds no secret: that travels in the environment (``server_env``)."""
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_path),
             "--served-model-name", "policy", "--host", host, "--port", str(port),
             "--dtype", sampler_dtype(dtype, on_cpu), "--max-model-len", str(max_model_len), "--seed", str(seed),
             "--gpu-memory-utilization", str(gpu_memory_utilization), "--enable-prefix-caching",
             "--weight-transfer-config", json.dumps({"backend": "rlvr"}), "--logprobs-mode", "processed_logprobs",
-            "--disable-uvicorn-access-log", *(_cpu_flags(max_model_len) if on_cpu else [])]
+            "--disable-uvicorn-access-log", "--disable-fastapi-docs", "--middleware", "rlvr.sampler_auth.SamplerGuard",
+            *(_cpu_flags(max_model_len) if on_cpu else [])]
 
 
 def _cpu_flags(max_model_len: int) -> list[str]:
@@ -58,10 +67,14 @@ def _cpu_flags(max_model_len: int) -> list[str]:
     return flags
 
 
-def server_env(*, devices: Sequence[int] | None, on_cpu: bool, cpu_kvcache_gib: int) -> dict[str, str]:
-    """The environment of one sampler process: vLLM's RL routes on, its devices or cores."""
+def server_env(*, devices: Sequence[int] | None, on_cpu: bool, cpu_kvcache_gib: int,
+               secret: str | None = None) -> dict[str, str]:
+    """The environment of one sampler process: vLLM's RL routes on (behind rlvr's guard, which
+    takes the run's ``secret`` from here), its devices or cores."""
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": str(cpu_kvcache_gib),
            _DIE_WITH_PARENT: "1"}
+    if secret is not None:
+        env[SECRET_ENV] = secret
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "VLLM_ENABLE_V1_MULTIPROCESSING"):
         env.pop(key, None)  # the trainer's rendezvous is not the sampler's
     if devices:
@@ -102,6 +115,7 @@ class SamplerProcess:
 
     def __init__(self, command: list[str], env: dict[str, str], log_path: Path, port: int):
         self.command, self.log_path, self.port = command, Path(log_path), port
+        self.secret = env[SECRET_ENV]
         self.url = f"http://127.0.0.1:{port}"  # as rank 0 reaches it
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "ab") as log:
@@ -119,16 +133,27 @@ class SamplerProcess:
             return None
         return f"{self.describe()} exited with status {code}{_last_error(self.log_path)}"
 
+    def exited(self, wait_s: float) -> str | None:
+        """``problem()`` after waiting up to ``wait_s`` for the process to exit: a request that
+        failed because it is dying (connection reset, refused) is told apart from one that failed
+        while it runs, so a sampler's death is reported the same way whichever request saw it."""
+        try:
+            self.proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            pass
+        return self.problem()
+
     def wait_ready(self, deadline_s: float) -> None:
         import requests
 
+        headers = auth_headers(self.secret)
         end = time.monotonic() + deadline_s
         while True:
             problem = self.problem()
             if problem:
                 raise RlvrError(problem + " during start-up")
             try:
-                if requests.get(self.url + "/health", timeout=5).status_code == 200:
+                if requests.get(self.url + "/health", headers=headers, timeout=5).status_code == 200:
                     return
             except requests.RequestException:
                 pass
@@ -166,54 +191,92 @@ def _last_error(log_path: Path) -> str:
     return f": {(errors or lines or [''])[-1][:300]}" if lines else ""
 
 
+class SamplerHTTP:
+    """Requests to one sampler, each with the run's secret and a deadline; also the weight-sync
+    control plane (``rlvr.weight_sync.SyncClient``) of that sampler."""
+
+    def __init__(self, url: str, secret: str, timeout_s: float):
+        self.url, self.timeout_s = url.rstrip("/"), timeout_s
+        self.headers = auth_headers(secret)
+
+    def get(self, path: str) -> dict:
+        import requests
+
+        response = requests.get(self.url + path, headers=self.headers, timeout=self.timeout_s)
+        self._check(path, response)
+        return response.json()
+
+    def post(self, path: str, body: dict | None = None, params: dict | None = None) -> dict:
+        import requests
+
+        response = requests.post(self.url + path, json=body, params=params, headers=self.headers, timeout=self.timeout_s)
+        self._check(path, response)
+        return response.json() if response.content else {}
+
+    def _check(self, path: str, response) -> None:
+        if response.status_code in (401, 403):
+            raise RlvrError(f"the sampler at {self.url} refused rlvr's secret: start it with the secret this "
+                            f"trainer has in {SECRET_ENV}")
+        if response.status_code >= 400:
+            raise RlvrError(f"the sampler at {self.url} refused {path}: {response.status_code} {response.text[:300]}")
+
+    # -- SyncClient --
+    def init_weight_transfer_engine(self, init_info: dict) -> None:
+        self.post("/init_weight_transfer_engine", {"init_info": init_info})
+
+    def start_weight_update(self) -> None:
+        self.post("/start_weight_update")
+
+    def update_weights(self, update_info: dict) -> None:
+        self.post("/update_weights", {"update_info": update_info})
+
+    def finish_weight_update(self, weight_version: str | None = None) -> None:
+        self.post("/finish_weight_update", None if weight_version is None else {"weight_version": weight_version})
+
+
 class ServerSampler:
     """The ``Sampler`` of a trainer rank in server mode."""
 
-    def __init__(self, urls: Sequence[str], *, rank: int, world: int, timeout_s: float, bucket_bytes: int,
+    def __init__(self, urls: Sequence[str], *, secret: str, rank: int, world: int, timeout_s: float, bucket_bytes: int,
                  processes: Sequence[SamplerProcess] = (), device: torch.device | None = None):
         self.urls, self.rank, self.world, self.timeout_s = [u.rstrip("/") for u in urls], rank, world, timeout_s
+        self.http = {u: SamplerHTTP(u, secret, timeout_s) for u in self.urls}
         self.url = self.urls[rank % len(self.urls)]
         self.processes = list(processes)
         self.broadcaster = None
         if rank == 0:
-            from vllm.distributed.weight_transfer.clients import HTTPVLLMWeightSyncClient
-
-            clients = [HTTPVLLMWeightSyncClient(u, timeout=timeout_s) for u in self.urls]
             workers = [int(self._get(u, "/get_world_size")["world_size"]) for u in self.urls]
-            self.broadcaster = Broadcaster(clients, workers, bucket_bytes=bucket_bytes, timeout_s=timeout_s,
-                                           device=device or torch.device("cpu"))
+            self.broadcaster = Broadcaster([self.http[u] for u in self.urls], workers, bucket_bytes=bucket_bytes,
+                                           timeout_s=timeout_s, device=device or torch.device("cpu"))
 
     # -- requests, each with a deadline and a clear line when a sampler is gone --
     def _explain(self, url: str, exc: Exception) -> RlvrError:
-        for p in self.processes:
-            if url.endswith(f":{p.port}") and p.problem():
-                return RlvrError(p.problem())
+        """One line for a request that failed: the sampler process's exit (with its log) when it
+        is ours and died, however the failure reached us (reset, refused, timeout)."""
         import requests
 
+        for p in self.processes:
+            if url.endswith(f":{p.port}"):
+                problem = p.exited(wait_s=0 if isinstance(exc, requests.Timeout) else 5.0)
+                if problem:
+                    return RlvrError(problem)
         if isinstance(exc, requests.Timeout):
             return RlvrError(f"the sampler at {url} did not answer within {self.timeout_s:g} s (sampling.server.timeout_s)")
         return RlvrError(f"the sampler at {url} failed: {str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}")
 
-    def _get(self, url: str, path: str) -> dict:
+    def _call(self, url: str, method: str, *args, **kwargs) -> dict:
         import requests
 
         try:
-            response = requests.get(url + path, timeout=self.timeout_s)
-            response.raise_for_status()
-            return response.json()
+            return getattr(self.http[url], method)(*args, **kwargs)
         except requests.RequestException as exc:
             raise self._explain(url, exc) from None
+
+    def _get(self, url: str, path: str) -> dict:
+        return self._call(url, "get", path)
 
     def _post(self, url: str, path: str, body: dict | None = None, params: dict | None = None) -> dict:
-        import requests
-
-        try:
-            response = requests.post(url + path, json=body, params=params, timeout=self.timeout_s)
-            if response.status_code >= 400:
-                raise RlvrError(f"the sampler at {url} refused {path}: {response.status_code} {response.text[:300]}")
-            return response.json()
-        except requests.RequestException as exc:
-            raise self._explain(url, exc) from None
+        return self._call(url, "post", path, body, params)
 
     def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
                  max_tokens: int | Sequence[int], seed: int | None = None, logprobs: bool = False,
@@ -256,8 +319,9 @@ class ServerSampler:
                 raise
             except Exception as exc:  # noqa: BLE001 - a collective or a route that failed: name the sampler
                 for p in self.processes:
-                    if p.problem():
-                        raise RlvrError(p.problem() + " during a weight sync") from None
+                    problem = p.exited(wait_s=5.0)
+                    if problem:
+                        raise RlvrError(problem + " during a weight sync") from None
                 raise RlvrError(f"weight sync to the samplers failed: {str(exc).splitlines()[0][:300]}") from None
             self._each(lambda u: self._post(u, "/resume"))
         if self.world > 1:
@@ -271,6 +335,8 @@ class ServerSampler:
                 f.result()
 
     def close(self) -> None:
+        if self.broadcaster is not None:
+            self.broadcaster.close()
         for p in self.processes:
             p.stop()
 
@@ -278,27 +344,54 @@ class ServerSampler:
 def connect_samplers(recipe, model_path: str, *, max_model_len: int, seed: int, rank: int, world: int,
                      output_dir, on_cpu: bool) -> ServerSampler:
     """Every rank's ``ServerSampler``: rank 0 starts the samplers (unless the recipe names running
-    ones) and tells the other ranks where they are."""
+    ones) with a new secret, and tells the other ranks where they are and the secret."""
     srv = recipe.sampling.server
-    urls, procs = list(srv.urls), []
-    if not urls and rank == 0:
-        host = "0.0.0.0" if world > 1 else "127.0.0.1"  # other nodes' ranks reach it at MASTER_ADDR
+    urls, procs, secret = list(srv.urls), [], None
+    if urls:
+        secret = running_samplers_secret()
+    elif rank == 0:
+        secret = new_secret()
+        # Loopback unless trainer ranks on other nodes must reach it (at MASTER_ADDR); there the
+        # secret keeps strangers out.
+        host = "0.0.0.0" if _other_nodes(world) else "127.0.0.1"
         procs = start_samplers(recipe, model_path, max_model_len=max_model_len, seed=seed,
-                               output_dir=Path(output_dir or "."), on_cpu=on_cpu, host=host)
-        address = os.environ.get("MASTER_ADDR", "127.0.0.1") if world > 1 else "127.0.0.1"
+                               output_dir=Path(output_dir or "."), on_cpu=on_cpu, host=host, secret=secret)
+        address = os.environ.get("MASTER_ADDR", "127.0.0.1") if host != "127.0.0.1" else "127.0.0.1"
         urls = [f"http://{address}:{p.port}" for p in procs]
     if world > 1 and not srv.urls:
         import torch.distributed as dist
 
-        box = [urls]
-        dist.broadcast_object_list(box, src=0)
-        urls = box[0]
+        box = [(urls, secret)]
+        dist.broadcast_object_list(box, src=0)  # the trainer's own group: ranks of this run only
+        urls, secret = box[0]
     device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
-    sampler = ServerSampler(urls, rank=rank, world=world, timeout_s=srv.timeout_s,
+    sampler = ServerSampler(urls, secret=secret, rank=rank, world=world, timeout_s=srv.timeout_s,
                             bucket_bytes=recipe.sampling.sync_bucket_mb << 20, processes=procs, device=device)
     if sampler.broadcaster is not None and any(not _is_local(u) for u in urls):
         sampler.broadcaster.address = _this_host_address()
     return sampler
+
+
+def running_samplers_secret() -> str:
+    """The secret of the running samplers a recipe names (``sampling.server.urls``): the one
+    their ``rlvr sampler`` was started with, from this trainer's environment
+    (``RLVR_SAMPLER_SECRET``, or the file ``RLVR_SAMPLER_SECRET_FILE`` names)."""
+    try:
+        secret, where = given_secret()
+    except ValueError as exc:
+        raise RlvrError(str(exc)) from None
+    problem = secret_problem(secret)
+    if problem:
+        raise RlvrError(f"sampling.server.urls names running samplers: set {SECRET_ENV} (or {SECRET_FILE_ENV}) to the "
+                        f"secret they were started with ({problem} in {where})")
+    return secret
+
+
+def _other_nodes(world: int) -> bool:
+    """Whether this run's ranks span several nodes (torchrun and DeepSpeed's launcher set
+    LOCAL_WORLD_SIZE: the ranks on this node)."""
+    local = os.environ.get("LOCAL_WORLD_SIZE")
+    return world > 1 and (local is None or not local.isdigit() or int(local) < world)
 
 
 def _is_local(url: str) -> bool:
@@ -315,7 +408,7 @@ def _this_host_address() -> str:
 
 
 def start_samplers(recipe, model_path: str, *, max_model_len: int, seed: int, output_dir: Path,
-                   on_cpu: bool, host: str = "127.0.0.1") -> list[SamplerProcess]:
+                   on_cpu: bool, secret: str, host: str = "127.0.0.1") -> list[SamplerProcess]:
     """Start the recipe's sampler processes and wait until each answers (rank 0 only)."""
     s, srv = recipe.sampling, recipe.sampling.server
     devices = list(srv.devices or [])
@@ -327,7 +420,8 @@ def start_samplers(recipe, model_path: str, *, max_model_len: int, seed: int, ou
             mine = devices[i * per : (i + 1) * per] if devices else None
             command = server_command(model_path, port=port, max_model_len=max_model_len, dtype=s.dtype, seed=seed + i,
                                      gpu_memory_utilization=s.gpu_memory_utilization, on_cpu=on_cpu, host=host)
-            procs.append(SamplerProcess(command, server_env(devices=mine, on_cpu=on_cpu, cpu_kvcache_gib=s.cpu_kvcache_gib),
+            env = server_env(devices=mine, on_cpu=on_cpu, cpu_kvcache_gib=s.cpu_kvcache_gib, secret=secret)
+            procs.append(SamplerProcess(command, env,
                                         output_dir / f"sampler-{i}.log", port))
         for p in procs:
             p.wait_ready(srv.start_timeout_s)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime
 import functools
 import socket
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Iterator, Protocol, Sequence
 
@@ -102,18 +102,49 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def open_group(address: str, port: int, rank: int, world: int, timeout_s: float, device: torch.device):
-    """A process group of ``world`` ranks outside ``torch.distributed``'s default group."""
+def listen(address: str) -> socket.socket:
+    """A socket listening on ``address`` only (not every interface), on a port the kernel picks:
+    the sender's rendezvous store serves on it, so the port cannot be taken between choosing and
+    binding it either."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((address, 0))
+    sock.listen(128)
+    return sock
+
+
+def open_group(address: str, port: int, rank: int, world: int, timeout_s: float, device: torch.device,
+               *, prefix: str = "rlvr-weight-sync", listening: socket.socket | None = None):
+    """A process group of ``world`` ranks outside ``torch.distributed``'s default group.
+
+    Rank 0 serves the rendezvous store on ``listening`` (from ``listen``): ``TCPStore`` given
+    only an address would listen on every interface. ``prefix`` names this group's keys in the
+    store: the sender makes a new one per connection and gives it to the samplers through their
+    guarded routes, so a stranger who reaches the port cannot pose as one of the group's ranks."""
     import torch.distributed as dist
 
     timeout = datetime.timedelta(seconds=timeout_s)
-    store = dist.TCPStore(address, port, world, is_master=rank == 0, timeout=timeout, wait_for_workers=False)
-    store = dist.PrefixStore("rlvr-weight-sync", store)
+    if rank == 0:
+        if listening is None:
+            raise ValueError("open_group: rank 0 serves the store on a socket from listen()")
+        store = dist.TCPStore(address, port, world, is_master=True, timeout=timeout, wait_for_workers=False,
+                              master_listen_fd=listening.detach())  # the store owns the socket now
+    else:
+        store = dist.TCPStore(address, port, world, is_master=False, timeout=timeout)
+    store = dist.PrefixStore(prefix, store)
     if device.type == "cuda":
         options = dist.ProcessGroupNCCL.Options()
         options._timeout = timeout
         return dist.ProcessGroupNCCL(store, rank, world, options), store
     return dist.ProcessGroupGloo(store, rank, world, timeout), store
+
+
+def close_group(group) -> None:
+    """Shut a group of ``open_group`` down (NCCL asks for it explicitly, or warns at exit; gloo's
+    threads go with the last reference, which the caller drops)."""
+    if group is not None and type(group).__name__ == "ProcessGroupNCCL":
+        group.shutdown()
 
 
 def broadcast(group, buffer: torch.Tensor) -> None:
@@ -157,6 +188,7 @@ def _engine_class():
         rank_offset: int
         world_size: int
         timeout_s: float = 600.0
+        group_key: str = "rlvr-weight-sync"
 
     @dataclass
     class UpdateInfo(WeightTransferUpdateInfo):
@@ -179,7 +211,8 @@ def _engine_class():
             p = self.parallel_config
             rank = init_info.rank_offset + p.data_parallel_index * p.world_size + p.rank
             self.group, self.store = open_group(init_info.master_address, init_info.master_port, rank,
-                                                init_info.world_size, init_info.timeout_s, torch.device(self.device))
+                                                init_info.world_size, init_info.timeout_s, torch.device(self.device),
+                                                prefix=init_info.group_key)
 
         def start_weight_update(self):
             from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
@@ -204,6 +237,7 @@ def _engine_class():
             self.model.load_weights(unpack(buffer, metas))
 
         def shutdown(self):
+            close_group(self.group)
             self.group = self.store = None
 
     return RlvrWeightTransferEngine
@@ -266,17 +300,31 @@ class Broadcaster:
     version: int = 0
 
     def connect(self) -> None:
-        port = free_port(self.address)
+        import secrets
+
+        listening = listen(self.address)
+        port, key = listening.getsockname()[1], f"rlvr-weight-sync-{secrets.token_hex(16)}"
         world = 1 + sum(self.workers)
         offsets = [1 + sum(self.workers[:i]) for i in range(len(self.clients))]
-        with ThreadPoolExecutor(len(self.clients)) as pool:  # the workers block in the rendezvous
+        pool = ThreadPoolExecutor(len(self.clients) + 1)  # the workers block in the rendezvous, as we do
+        try:
             calls = [pool.submit(c.init_weight_transfer_engine,
                                  dict(master_address=self.address, master_port=port, rank_offset=off,
-                                      world_size=world, timeout_s=self.timeout_s))
+                                      world_size=world, timeout_s=self.timeout_s, group_key=key))
                      for c, off in zip(self.clients, offsets)]
-            self.group, self.store = open_group(self.address, port, 0, world, self.timeout_s, self.device)
+            joined = pool.submit(open_group, self.address, port, 0, world, self.timeout_s, self.device,
+                                 prefix=key, listening=listening)
+            # a sampler that refuses (wrong secret, no such route) fails the call at once: say so
+            # then, not after the rendezvous times out waiting for its workers
+            wait([*calls, joined], return_when=FIRST_EXCEPTION)
+            for call in calls:
+                if call.done() and call.exception() is not None:
+                    raise call.exception()
+            self.group, self.store = joined.result()
             for call in calls:
                 call.result()
+        finally:
+            pool.shutdown(wait=False)
 
     def send(self, weights: Iterable[tuple[str, torch.Tensor]]) -> dict[str, float]:
         """Push every tensor; returns bytes and bucket counts for the step's metrics."""
@@ -298,6 +346,12 @@ class Broadcaster:
         with ThreadPoolExecutor(len(self.clients)) as pool:
             for f in [pool.submit(call, c) for c in self.clients]:
                 f.result()
+
+    def close(self) -> None:
+        """Drop the group before the interpreter exits: a gloo group still alive then can abort
+        the process at exit ("terminate called without an active exception", status -6)."""
+        close_group(self.group)
+        self.group = self.store = None
 
     def _with_workers(self, call, local) -> None:
         """Run ``call`` on every client while this thread takes part in the collective."""

@@ -49,16 +49,13 @@ SUITE_ENV = "RLVR_MATH_VERIFY_SUITE"
 SUITE_FILES = ("test_all.py", "test_boxed.py", "test_strict.py", "test_numina_cases.py", "test_open_thoughts.py",
                "test_yujianll.py")
 
-_COARSE = ("the case asks math-verify for float_rounding={}; rlvr has one tolerance for decimals (6 significant "
-           "digits, 2e-6 relative) and does not take {} for {}")
 # case id -> (gold, prediction, why rlvr deliberately disagrees with the case's expectation)
 DIFFERENCES: dict[str, tuple[str, str, str]] = {
     "test_all.py::test_complex_math_expressions[7]": (
         r"$(\begin{pmatrix}\frac{1}{3}\\ \frac{1}{5} \end{pmatrix})$", r"$\begin{pmatrix}0.33\\0.2 \end{pmatrix}$",
-        _COARSE.format(2, "0.33", "1/3")),
-    "test_all.py::test_complex_math_expressions[13]": (
-        r"$(\frac{3}{5},\frac{8}{3}]$", r"$(0.6,2.6667]$", _COARSE.format(2, "2.6667", "8/3")),
-    "test_all.py::test_precision": (r"$\frac{1}{3}$", r"0.3333$", _COARSE.format(4, "0.3333", "1/3")),
+        "the case asks math-verify for float_rounding=2; rlvr reads a decimal as a rounding only with 4 significant "
+        "digits and within 1e-4 relative (Qwen2.5-Math's grader tolerance), so 0.33 (1e-2 off) is not 1/3; "
+        "0.3333 is, as in the case test_precision and (0.6,2.6667] for (3/5,8/3] of this test"),
     "test_all.py::test_latex_notation[4]": (
         r"$10$", r"Answer \( (9+1) \)",
         "an unevaluated arithmetic expression is not a final answer for a number: a policy rewarded for it learns "

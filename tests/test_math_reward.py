@@ -208,10 +208,10 @@ PAIRS = [
     (r"3:4", "6:8", True),
     (r"3:4", r"\frac34", True),
     ("3:4", "4:3", False),
-    # a rounded decimal is not an exact irrational value; a full-precision one is
-    (r"\pi", "3.14159", False),
-    (r"\sqrt{2}", "1.41421", False),
-    (r"-\pi", "-3.141593", False),
+    # a decimal equals an irrational value it correctly rounds (4+ digits, 1e-4 relative; section 8)
+    (r"\pi", "3.14159", True),
+    (r"\sqrt{2}", "1.41421", True),
+    (r"-\pi", "-3.141593", True),  # math-verify accepts it too (its 6-place rounding)
     (r"\sqrt{17}", "4.123105625617661", True),
     # a worked computation stands for its result; an equation does not
     ("x=11", "x = 5+5+1 = 11", True),
@@ -297,9 +297,8 @@ PAIRS = [
     ("a=1, b=2", "(2, 1)", False),
     ("AB=4, CD=5", "5, 4", False),
     ("x=2, x=3", "3, 2", True),  # one name, several values: roots, a set
-    # 7. decimals: one that rounds the exact value at its last digit, with 6 significant digits
-    #    (or 6 places: math-verify's default compares at 6 decimal places), and no fewer;
-    #    never a rounded irrational (NOTES: 3.14159 is not pi; math-verify agrees on 3.14)
+    # 7. decimals: one that rounds the exact value at its last digit (section 8 has the rule);
+    #    one unit off in the 6th digit where that is 2e-6 relative (math-verify's 6-place default)
     (r"\frac{1}{70}", "0.014286", True),
     (r"\frac{1}{3}", "0.3333334", True),
     (r"\frac{2}{3}", "0.666667", True),
@@ -314,6 +313,79 @@ PAIRS = [
     (r"\frac{2}{3}", "0.666666", True),  # truncated: one unit off in the 6th digit, 1e-6 relative
     (r"\frac{2}{3}", "0.666665", False),
     (r"\pi", "3.14", False),
+    # 8. a decimal stands for an exact value (rational or irrational) it correctly rounds at its
+    #    last written digit, with 4+ significant digits, within 1e-4 relative: the tolerance of
+    #    Qwen2.5-Math's/DeepSeek-Math's grader.py numeric_equal (isclose, rel_tol=1e-4) and verl
+    #    prime_math's math_equal; the rounding requirement rejects a wrong last digit they accept.
+    (r"\frac{1}{3}", "0.3333", True),  # math-verify tests/test_all.py::test_precision
+    (r"\frac{8}{3}", "2.6667", True),  # math-verify test_complex_math_expressions, an interval
+    (r"(\frac{3}{5},\frac{8}{3}]", "(0.6,2.6667]", True),  # ... that case itself
+    (r"\begin{pmatrix}\frac{1}{3}\\ \frac{1}{5}\end{pmatrix}", r"\begin{pmatrix}0.3333\\0.2\end{pmatrix}", True),
+    (r"(1, \sqrt{2})", "(1, 1.4142)", True),
+    (r"\frac{1}{3}", "0.33333", True),
+    (r"\frac{1}{9}", "0.1111", True),  # exactly 1e-4 relative: the bound is inclusive
+    (r"-\frac{1}{3}", "-0.3333", True),
+    (r"\pi", "3.1416", True),
+    (r"\sqrt{2}", "1.4142", True),
+    (r"\mathrm{e}", "2.7183", True),
+    (r"\frac{\pi}{4}", "0.7854", True),
+    (r"\ln 2", "0.6931", True),
+    (r"e^{10}", "22026.47", True),  # large: 7 significant digits
+    (r"\frac{1000000}{3}", "333333.3", True),
+    (r"\frac{24689}{20}", "1234.5", True),  # 1234.45: a tie rounds either way (half up ...
+    (r"\frac{24689}{20}", "1234.4", True),  # ... or half even)
+    ("0.3333", r"\frac{1}{3}", True),  # either side may be the rounded one (Qwen's isclose and
+    ("3.1416", r"\pi", True),  # math-verify's comparison are symmetric)
+    ("2.6667", "2.66667", True),  # two decimals: the coarser rounds the finer
+    (r"\frac{1}{3}", "0.3334", False),  # a wrong last digit
+    (r"\frac{8}{3}", "2.6668", False),  # within 1e-4 relative, but a wrong last digit
+    (r"\pi", "3.1415", False),  # truncated at 5 digits: 0.00009 off, not a rounding
+    (r"\pi", "3.142", False),  # a correct rounding, but 1.3e-4 relative
+    (r"\frac{1}{7}", "0.1429", False),  # a correct rounding, but 3e-4 relative
+    (r"\frac{1}{3}", "-0.3333", False),
+    (r"\begin{pmatrix}\frac{1}{3}\\ \frac{1}{5}\end{pmatrix}", r"\begin{pmatrix}0.33\\0.2\end{pmatrix}", False),
+    (r"(1, \sqrt{2})", "(1, 1.4143)", False),
+    ("3.14", r"\pi", False),  # 3 digits: read as exact, never as a rounding
+    ("0.33", r"\frac{1}{3}", False),
+    ("2", "2.0001", False),  # an integer is exact: a decimal must round it (2.0000)
+    ("2.0001", "2", False),
+    ("1234567", "1234567.0001", False),
+    ("1234567", "1234567.1", False),  # one unit off, 8e-8 relative: still a wrong digit
+    ("123456789", "123456900.0", False),  # 10 digits are no program's float (2e-6 relative was 247)
+    ("123456789", "123456789.4", False),
+    (r"\frac{1000000}{3}", "333333", False),  # an integer is never a rounding
+    ("0.000001", "0.0000012", False),  # 1 and 2 significant digits: exact
+    ("0.3333", "0.3334", False),  # the same places and different
+    (r"2\sqrt{2}", r"2 \times 1.414214", False),  # arithmetic on decimals: no written rounding
+    ("i", "1.0000", False),
+    # 9. percentages: a number marked as a percentage equals both readings (math-verify's
+    #    tests/test_all.py::test_percent_notation, "28\\%" vs "28 percent"/"28"; Qwen2.5-Math's
+    #    grader strips "\\%" and compares with reference, reference/100 and reference*100);
+    #    an unmarked number is never rescaled (Qwen's include_percentage takes 50 for 0.5:
+    #    a probability of 0.5 answered "50" would score)
+    ("0.5", "50\\%", True),
+    ("50", "50\\%", True),
+    ("0.5", "50%", True),
+    ("50", "50 percent", True),
+    (r"\frac{1}{2}", "50\\%", True),
+    ("12.5\\%", "0.125", True),
+    (r"\frac{1}{3}", r"33.33\%", True),  # as 0.3333: section 8
+    ("50", "0.5", False),
+    ("0.5", "50", False),
+    ("0.5", "5\\%", False),
+    ("50\\%", "5", False),
+    ("50\\%", "0.05", False),
+    # 10. a one-letter unit in text mode (\text{ m}, \textrm{ s}) after each number; a bare letter
+    #     after a number stays a variable ("2m" is 2m; math-verify's units=True drops "m" too)
+    ("3, 5", r"3\text{ m}, 5\text{ m}", True),
+    ("3", r"3\text{ m}", True),
+    ("3, 5", r"3\text{ m} and 5\text{ m}", True),
+    ("3, 5", r"3\textrm{ s}, 5\textrm{ s}", True),
+    (r"\frac{1}{2}", r"\frac{1}{2}\text{ g}", True),
+    ("3, 5", "3m, 5m", False),
+    ("3, 5", r"3\text{ m}, 6\text{ m}", False),
+    ("3", r"3\text{ m}, 5\text{ m}", False),
+    ("3", r"3\text{ e}", False),  # e and i are never units
 ]
 
 
@@ -470,13 +542,65 @@ def test_numbers_close_reads_decimals_as_roundings():
 
     assert mr._numbers_close(num("\\frac{1}{3}"), num("0.333333"))
     assert mr._numbers_close(num("0.333333"), num("\\frac{1}{3}"))
-    assert not mr._numbers_close(num("\\frac{1}{3}"), num("0.33333"))  # 5 digits, 5 places
+    assert mr._numbers_close(num("\\frac{1}{3}"), num("0.33333"))  # 5 digits, 1e-5 relative
+    assert mr._numbers_close(num("\\frac{1}{3}"), num("0.3333"))  # 4 digits, exactly 1e-4 relative
+    assert not mr._numbers_close(num("\\frac{1}{3}"), num("0.333"))  # 3 digits: exact
+    assert not mr._numbers_close(num("0.1"), num("0.1000004"))  # one digit: exact
     assert mr._numbers_close(num("1234567.46"), num("1234567.5"))  # the coarser rounds the finer
     assert not mr._numbers_close(num("1234567.44"), num("1234567.5"))
     assert not mr._numbers_close(num("12"), num("12.0000006"))
     assert mr._numbers_close(num("12"), num("12.0000001"))  # one unit in the last place, 2e-6 relative
     assert mr._numbers_close((F(2), None), (F(2), (1, 2)))
     assert mr._decimal_digits("0.014286") == (6, 5) and mr._decimal_digits("1,234.50") == (2, 6)
+
+
+def test_decimal_rounds():
+    from fractions import Fraction as F
+
+    third = F(1, 3)
+    assert mr._decimal_rounds(F("0.3333"), 4, 4, third)
+    assert not mr._decimal_rounds(F("0.3334"), 4, 4, third)  # not the rounding
+    assert not mr._decimal_rounds(F("0.333"), 3, 3, third)  # too few digits
+    assert not mr._decimal_rounds(F("0.1429"), 4, 4, F(1, 7))  # the rounding, 3e-4 relative
+    assert mr._decimal_rounds(F("1234.4"), 1, 5, F("1234.45"))  # a tie: half even
+    assert mr._decimal_rounds(F("1234.5"), 1, 5, F("1234.45"))  # a tie: half up
+    assert not mr._decimal_rounds(F("1234.6"), 1, 5, F("1234.45"))
+    assert mr._decimal_rounds(F("0.666666"), 6, 6, F(2, 3))  # truncated: 1 unit, 1e-6 relative
+    assert not mr._decimal_rounds(F("0.666666"), 6, 6, F(2, 3), truncated=False)
+    assert not mr._decimal_rounds(F("0.6666"), 4, 4, F(2, 3))  # truncated at 4 digits: 0.6667 rounds
+    assert not mr._decimal_rounds(F("2.0001"), 4, 5, F(2))
+    assert not mr._decimal_rounds(F("1234567.1"), 1, 8, F(1234567))  # one unit off, not a truncation
+    assert mr._decimal_rounds(F("12.0000001"), 7, 9, F(12))  # past math-verify's 6 places
+    assert mr._decimal_rounds(F("-0.666666"), 6, 6, F(-2, 3))  # truncated toward zero
+
+
+def test_literal_decimals_in_sympy_expressions():
+    if not mr._MV:
+        mr._init_worker()
+    sp = mr._MV["sympy"]
+    from fractions import Fraction as F
+
+    assert mr._literal_decimal(sp.Float("2.6667")) == (F("2.6667"), (4, 5))
+    assert mr._literal_decimal(sp.Float("-3.141593")) == (F("-3.141593"), (6, 7))
+    assert mr._literal_decimal(sp.Float("0.0000012")) == (F("0.0000012"), (7, 2))
+    assert mr._literal_decimal(sp.Integer(2) * sp.pi) is None
+    value, decimal = mr._as_plain(sp.pi, sp.pi)
+    assert decimal is None and abs(value - F("3.14159265358979323846264338327950288")) < F(1, 10**35)
+    assert mr._as_plain(sp.I, sp.I) is None  # not real
+    assert mr._numbers_equal(sp.pi, sp.Float("3.1416")) is True
+    assert mr._numbers_equal(sp.pi, sp.Float("3.1415")) is False
+
+
+def test_letter_units():
+    assert mr._strip_letter_units(r"3\text{ m}, 5\text{ m}") == "3, 5"
+    assert mr._strip_letter_units(r"5 \text{g}^2") == "5"
+    assert mr._strip_letter_units(r"3\text{ e}") == r"3\text{ e}"
+    assert mr._strip_letter_units(r"x\text{ m}") == r"x\text{ m}"  # after a variable: not a unit of a number
+    assert mr._strip_letter_units(r"2\text{ m} + 1") == r"2\text{ m} + 1"  # not at an item's end
+    assert mr._strip_letter_units(r"\frac{2\text{ m}, 3}{4}") == r"\frac{2\text{ m}, 3}{4}"  # inside braces
+    assert mr.normalize_answer("2m") == "2m"
+    many = "{" + r"1\text{ m}, " * 20_000 + "}"
+    assert mr._strip_letter_units(many) == many  # bounded work
 
 
 def test_boxes_joined_into_one_answer():

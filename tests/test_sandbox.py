@@ -351,16 +351,17 @@ def listening_socket() -> socket.socket:
 
 
 def connecting_program(port: int) -> str:
-    """Defines f(x): 'connected' if the host's loopback port or the internet is reachable."""
+    """Defines f(x): 'connected' if the host's loopback port (the test's own listener) is
+    reachable. Loopback only: a test never sends a packet that could leave the machine; the
+    sandbox's own network namespace is what makes the host's loopback unreachable."""
     return (
         "import socket\n"
         "def f(x):\n"
-        "    for host, family in (('127.0.0.1', socket.AF_INET), ('::1', socket.AF_INET6),\n"
-        "                         ('1.1.1.1', socket.AF_INET)):\n"
+        "    for host, family in (('127.0.0.1', socket.AF_INET), ('::1', socket.AF_INET6)):\n"
         "        try:\n"
         "            s = socket.socket(family, socket.SOCK_STREAM)\n"
         "            s.settimeout(1)\n"
-        f"            s.connect((host, {port} if host != '1.1.1.1' else 53))\n"
+        f"            s.connect((host, {port}))\n"
         "            return 'connected'\n"
         "        except OSError:\n"
         "            pass\n"
@@ -687,6 +688,19 @@ def test_process_isolation_grades_and_resists_fake_passes(process_box):
     for result in process_box.run_many(jobs):
         assert_no_pass(result)
         assert result.isolation == "process"
+
+
+def test_network_probe_connects_without_namespaces(process_box):
+    """The probe of test_no_network_not_even_loopback works: where there is no network
+    namespace (the weaker level), it reaches the test's loopback listener."""
+    listener = listening_socket()
+    try:
+        program = connecting_program(listener.getsockname()[1])
+        assert process_box.run(sb.Job(program=program, tests=["assert f(0) == 'connected'"])).ok
+        listener.settimeout(10)
+        listener.accept()[0].close()
+    finally:
+        listener.close()
 
 
 def test_process_isolation_kills_orphans(process_box):

@@ -12,7 +12,11 @@ from conftest import RLVR
 from test_engine import (  # noqa: F401 - test_plugin is a fixture
     assert_sampler_holds_trainer_weights, make_run, rows, test_plugin, train_two_ranks, train_two_steps)
 
+from rlvr.sampler_auth import ROUTES, SECRET_ENV, auth_headers
+
 pytestmark = pytest.mark.slow  # every test here starts vLLM
+
+HAND_SECRET = "the-hand-started-samplers-secret"
 
 
 def sampler_pids(out_dir) -> list[int]:
@@ -151,14 +155,15 @@ def hand_started(tmp_path_factory, tiny_model, test_plugin):
     recipe, env = make_run(root, tiny_model, test_plugin, backend="vllm")
     long_system_prompt(recipe)
     port, log = free_port(), root / "sampler.log"
-    sampler = subprocess.Popen([RLVR, "sampler", recipe, "--host", "127.0.0.1", "--port", str(port)], env=env,
+    sampler = subprocess.Popen([RLVR, "sampler", recipe, "--port", str(port)], env={**env, SECRET_ENV: HAND_SECRET},
                                stdout=subprocess.DEVNULL, stderr=open(log, "w"), start_new_session=True)
     try:
         end = time.time() + 300
         while True:
             assert sampler.poll() is None and time.time() < end, log.read_text()[-2000:]
             try:
-                if requests.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200:
+                if requests.get(f"http://127.0.0.1:{port}/health", headers=auth_headers(HAND_SECRET),
+                                timeout=2).status_code == 200:
                     break
             except requests.RequestException:
                 time.sleep(1)
@@ -173,6 +178,7 @@ def test_a_sampler_started_by_hand_serves_a_run_named_in_urls(tmp_path, tiny_mod
     uses it (weights synced into it, samples from them) and leaves it running."""
     sampler, urls = hand_started
     recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm")
+    env[SECRET_ENV] = HAND_SECRET  # the trainer's requests carry the secret the sampler was started with
     long_system_prompt(recipe)  # the sampler's prefix cache must not outlive a weight sync
     out = tmp_path / "run"
     metrics = train_two_steps(recipe, out, env, "sampling.mode=server", urls)
@@ -200,3 +206,69 @@ def test_server_mode_matches_colocated_when_synchronous(tmp_path, tiny_model, te
         for key in keys:
             if key in a:
                 assert a[key] == pytest.approx(b[key], rel=1e-4, abs=1e-6), (key, a[key], b[key])
+
+
+# ---- closed to strangers: a real sampler (the hand-started one) and requests from outside the run ----
+
+# Routes vLLM's server opens in dev mode (or always) that rlvr does not use: none may answer.
+NOT_RLVRS = [("POST", "/collective_rpc"), ("POST", "/sleep"), ("POST", "/wake_up"), ("GET", "/server_info"),
+             ("POST", "/abort_requests"), ("POST", "/reset_prefix_cache"), ("GET", "/is_paused"),
+             ("POST", "/shutdown_weight_transfer_engine"), ("GET", "/v1/models"), ("POST", "/v1/chat/completions"),
+             ("GET", "/metrics"), ("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/version"), ("POST", "/tokenize"),
+             ("POST", "/ping"), ("POST", "/invocations"), ("GET", "/load"), ("POST", "/start_profile")]
+
+
+def _greedy(url: str, secret: str) -> list[int]:
+    import requests
+
+    body = {"model": "policy", "prompt": [1, 2, 3, 4, 5], "max_tokens": 8, "temperature": 0.0, "return_token_ids": True}
+    response = requests.post(url + "/v1/completions", json=body, headers=auth_headers(secret), timeout=60)
+    assert response.status_code == 200, response.text
+    return response.json()["choices"][0]["token_ids"]
+
+
+def test_a_sampler_refuses_every_route_without_the_secret_and_answers_only_rlvrs(hand_started):
+    """Every route rlvr uses, and every other route vLLM opens: 401 without the run's secret or
+    with a wrong one (nothing done, nothing told); with it, 404 for the routes rlvr does not use.
+    The sampler keeps serving afterwards: no stranger paused it, shut it down or changed it."""
+    import requests
+
+    sampler, urls = hand_started
+    url = urls.split("[", 1)[1].rstrip("]")
+    before = _greedy(url, HAND_SECRET)
+    strangers = [{}, auth_headers("not-the-secret-of-this-run"), {"Authorization": HAND_SECRET},
+                 {"Authorization": f"Basic {HAND_SECRET}"}, auth_headers(HAND_SECRET + "x")]
+    bodies = {"/pause": None, "/collective_rpc": {"method": "shutdown"}, "/v1/completions": {"model": "policy", "prompt": "a"}}
+    for method, path in sorted(ROUTES) + NOT_RLVRS:
+        for headers in strangers:
+            response = requests.request(method, url + path, headers=headers, json=bodies.get(path), timeout=30,
+                                        params={"mode": "wait"} if path == "/pause" else None)
+            assert response.status_code == 401, (method, path, headers, response.status_code, response.text[:200])
+            assert "policy" not in response.text and "vllm" not in response.text.lower()
+    for method, path in NOT_RLVRS:
+        response = requests.request(method, url + path, headers=auth_headers(HAND_SECRET), json=bodies.get(path),
+                                    timeout=30)
+        assert response.status_code == 404, (method, path, response.status_code, response.text[:200])
+    assert sampler.poll() is None
+    assert requests.get(url + "/health", headers=auth_headers(HAND_SECRET), timeout=30).status_code == 200
+    assert _greedy(url, HAND_SECRET) == before  # not paused (this would wait), not changed
+
+
+def test_a_second_process_cannot_push_weights(hand_started, tiny_model):
+    """rlvr's own broadcaster, pointed at the sampler by a process without the run's secret: the
+    sampler refuses to join its group and keeps its weights (a zeroed final norm would change the
+    greedy answer)."""
+    import torch
+
+    from rlvr import RlvrError
+    from rlvr.server import SamplerHTTP
+    from rlvr.weight_sync import Broadcaster
+
+    sampler, urls = hand_started
+    url = urls.split("[", 1)[1].rstrip("]")
+    before = _greedy(url, HAND_SECRET)
+    stranger = Broadcaster([SamplerHTTP(url, "a-guess-at-the-secret-0123", 30)], [1], timeout_s=30)
+    with pytest.raises(RlvrError, match="refused rlvr's secret"):
+        stranger.send([("model.norm.weight", torch.zeros(128))])
+    stranger.close()
+    assert _greedy(url, HAND_SECRET) == before and sampler.poll() is None

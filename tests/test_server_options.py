@@ -285,7 +285,7 @@ def printed(result) -> tuple[list[str], list[str], dict[str, str], list[str]]:
     return parts, unset, assigned, parts[i:]
 
 
-def expected_command(served_model, *, context: int, port: int = 8000, host: str = "0.0.0.0") -> list[str]:
+def expected_command(served_model, *, context: int, port: int = 8000, host: str = "127.0.0.1") -> list[str]:
     import torch
 
     return server_command(str(served_model), port=port, max_model_len=context, dtype="float32", seed=11,
@@ -345,10 +345,12 @@ def test_the_printed_line_runs_in_a_shell_with_the_sampler_environment(sampler_r
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "3"
 
 
-def test_sampler_without_print_command_becomes_the_server(sampler_recipe, served_model, monkeypatch):
-    import socket
+SECRET = "a-secret-of-the-run-0123456789"
 
+
+def test_sampler_without_print_command_becomes_the_server(sampler_recipe, served_model, monkeypatch):
     monkeypatch.setenv("RANK", "2")
+    monkeypatch.setenv("RLVR_SAMPLER_SECRET", SECRET)
     execed = []
 
     def fake_execve(path, args, env):
@@ -363,7 +365,134 @@ def test_sampler_without_print_command_becomes_the_server(sampler_recipe, served
     assert path == sys.executable and args == shown
     assert env["VLLM_SERVER_DEV_MODE"] == "1" and "RANK" not in env and env["PATH"] == os.environ["PATH"]
     assert "RLVR_SAMPLER_DIES_WITH_PARENT" not in env  # a trainer's samplers die with it; this one has no trainer
-    assert f"sampling.server.urls as http://{socket.gethostname()}:8000" in result.stderr
+    assert env["RLVR_SAMPLER_SECRET"] == SECRET and not any(SECRET in a for a in args)  # environment, not argv
+    assert "sampling.server.urls as http://127.0.0.1:8000" in result.stderr  # loopback unless --host says otherwise
+    assert SECRET not in result.stdout + result.stderr
+
+
+def test_sampler_takes_its_secret_from_a_file_and_never_prints_it(sampler_recipe, monkeypatch, tmp_path):
+    import socket
+
+    monkeypatch.delenv("RLVR_SAMPLER_SECRET", raising=False)
+    execed = []
+
+    def fake_execve(path, args, env):
+        execed.append((list(args), dict(env)))
+        raise SystemExit(0)
+
+    monkeypatch.setattr(os, "execve", fake_execve)
+    secret_file = tmp_path / "secret"
+    secret_file.write_text(SECRET + "\n")
+    result = rlvr("sampler", sampler_recipe, "--secret-file", secret_file, "--host", "0.0.0.0")
+    assert result.exit_code == 0, result.stderr
+    [(args, env)] = execed
+    assert env["RLVR_SAMPLER_SECRET"] == SECRET and option(args, "--host") == "0.0.0.0"
+    assert option(args, "--middleware") == "rlvr.sampler_auth.SamplerGuard"
+    assert f"http://{socket.gethostname()}:8000" in result.stderr and SECRET not in result.stderr
+    # --print-command leaves the secret to the shell that runs the line (neither set nor unset)
+    monkeypatch.setenv("RLVR_SAMPLER_SECRET", SECRET)
+    result = rlvr("sampler", sampler_recipe, "--print-command", "--secret-file", secret_file)
+    assert SECRET not in result.stdout and "RLVR_SAMPLER_SECRET" not in result.stdout
+    assert "set RLVR_SAMPLER_SECRET where you run this line" in result.stderr
+
+
+@pytest.mark.parametrize("secret, message", [
+    (None, "rlvr sampler needs a secret (no secret in RLVR_SAMPLER_SECRET)"),
+    ("short", "the secret is 5 characters long; use at least 16"),
+    ("has a space in it, sixteen+", "spaces or control characters"),
+])
+def test_sampler_without_a_good_secret_is_one_line(sampler_recipe, monkeypatch, secret, message):
+    if secret is None:
+        monkeypatch.delenv("RLVR_SAMPLER_SECRET", raising=False)
+    else:
+        monkeypatch.setenv("RLVR_SAMPLER_SECRET", secret)
+    monkeypatch.setattr(os, "execve", lambda *a: pytest.fail("started without a secret"))
+    one_line_error(rlvr("sampler", sampler_recipe), message)
+
+
+def test_sampler_secret_file_that_cannot_be_read_is_one_line(sampler_recipe, tmp_path, monkeypatch):
+    monkeypatch.setattr(os, "execve", lambda *a: pytest.fail("started without a secret"))
+    one_line_error(rlvr("sampler", sampler_recipe, "--secret-file", tmp_path / "none"), "cannot read")
+    (tmp_path / "empty").write_text("")
+    one_line_error(rlvr("sampler", sampler_recipe, "--secret-file", tmp_path / "empty"), "no secret in --secret-file")
+
+
+def test_train_against_running_samplers_without_their_secret_is_one_line(sampler_recipe, monkeypatch, tmp_path):
+    monkeypatch.delenv("RLVR_SAMPLER_SECRET", raising=False)
+    monkeypatch.delenv("RLVR_SAMPLER_SECRET_FILE", raising=False)
+    server = ["--set", "sampling.mode=server", "--set", "sampling.server.urls=[http://127.0.0.1:1]"]
+    one_line_error(rlvr("train", sampler_recipe, *server), "sampling.server.urls names running samplers: set "
+                   "RLVR_SAMPLER_SECRET")
+    monkeypatch.setenv("RLVR_SAMPLER_SECRET_FILE", str(tmp_path / "missing"))
+    one_line_error(rlvr("train", sampler_recipe, *server), "RLVR_SAMPLER_SECRET_FILE: cannot read")
+
+
+def test_the_secret_comes_from_the_environment_or_a_file_it_names(monkeypatch, tmp_path):
+    from rlvr.sampler_auth import given_secret
+
+    monkeypatch.delenv("RLVR_SAMPLER_SECRET", raising=False)
+    monkeypatch.delenv("RLVR_SAMPLER_SECRET_FILE", raising=False)
+    assert given_secret() == ("", "RLVR_SAMPLER_SECRET")
+    (tmp_path / "s").write_text("  from-a-file-0123456789  \nsecond line\n")
+    monkeypatch.setenv("RLVR_SAMPLER_SECRET_FILE", str(tmp_path / "s"))
+    assert given_secret() == ("from-a-file-0123456789", "RLVR_SAMPLER_SECRET_FILE")
+    monkeypatch.setenv("RLVR_SAMPLER_SECRET", "from-the-environment-0123")
+    assert given_secret() == ("from-the-environment-0123", "RLVR_SAMPLER_SECRET")
+    assert given_secret(tmp_path / "s")[0] == "from-a-file-0123456789"  # a file given by flag comes first
+
+
+# ---- the guard in front of a sampler's routes (an ASGI app of its own: no vLLM) ---------------------
+
+def _through_guard(secret, method, path, headers=(), environ_secret=None, root_path=""):
+    import asyncio
+
+    from rlvr.sampler_auth import SamplerGuard
+
+    reached, sent = [], []
+
+    async def app(scope, receive, send):
+        reached.append(scope["path"])
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def receive():
+        return {"type": "http.request", "body": b""}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": method, "path": root_path + path, "root_path": root_path,
+             "headers": [(k.lower().encode(), v.encode()) for k, v in headers]}
+    asyncio.run(SamplerGuard(app, secret=secret)(scope, receive, send))
+    return sent[0]["status"], reached
+
+
+def test_the_guard_refuses_without_the_secret_and_passes_only_rlvrs_routes():
+    from rlvr.sampler_auth import ROUTES, auth_headers
+
+    secret = "x" * 20
+    good = list(auth_headers(secret).items())
+    for method, path in sorted(ROUTES):
+        assert _through_guard(secret, method, path, good) == (200, [path])
+        for headers in ([], list(auth_headers("y" * 20).items()), [("Authorization", secret)],
+                        [("authorization", "Basic " + secret)], list(auth_headers(secret + " ").items())[:0]):
+            assert _through_guard(secret, method, path, headers) == (401, [])
+    assert _through_guard(secret, "POST", "/v1/completions", [("AUTHORIZATION", "bearer " + secret)])[0] == 200
+    for method, path in [("POST", "/collective_rpc"), ("GET", "/server_info"), ("POST", "/sleep"), ("GET", "/metrics"),
+                         ("GET", "/health/"), ("GET", "/v1/completions"), ("POST", "/V1/completions")]:
+        assert _through_guard(secret, method, path, good) == (404, [])
+        assert _through_guard(secret, method, path) == (401, [])
+    assert _through_guard(secret, "GET", "/health", good, root_path="/base") == (200, ["/base/health"])
+
+
+@pytest.mark.parametrize("secret", ["", "short", None])
+def test_a_guard_without_a_good_secret_refuses_everything(monkeypatch, secret, capsys):
+    from rlvr.sampler_auth import auth_headers
+
+    monkeypatch.delenv("RLVR_SAMPLER_SECRET", raising=False)
+    for attempt in ("", "short", "anything-at-all-0123"):
+        assert _through_guard(secret, "GET", "/health", list(auth_headers(attempt).items())) == (401, [])
+    assert "every request will be refused" in capsys.readouterr().err
 
 
 def one_line_error(result, message: str) -> None:
@@ -375,6 +504,7 @@ def one_line_error(result, message: str) -> None:
 def test_sampler_that_cannot_start_is_one_line(sampler_recipe, monkeypatch):
     import importlib.util
 
+    monkeypatch.setenv("RLVR_SAMPLER_SECRET", SECRET)
     def missing(path, args, env):
         raise FileNotFoundError(2, "No such file or directory")
 
@@ -469,15 +599,17 @@ def test_a_sampler_that_dies_or_hangs_is_named_in_one_line(tmp_path, fault):
     port = free_port()
     script = tmp_path / "fake_server.py"
     script.write_text(FAKE_SERVER)
-    proc = SamplerProcess([sys.executable, str(script), str(port)], dict(os.environ), tmp_path / "sampler-0.log", port)
+    secret = "s" * 32
+    proc = SamplerProcess([sys.executable, str(script), str(port)], {**os.environ, "RLVR_SAMPLER_SECRET": secret},
+                          tmp_path / "sampler-0.log", port)
     try:
         proc.wait_ready(30)
-        sampler = ServerSampler([proc.url], rank=1, world=1, timeout_s=2, bucket_bytes=1 << 20, processes=[proc])
+        sampler = ServerSampler([proc.url], secret=secret, rank=1, world=1, timeout_s=2, bucket_bytes=1 << 20,
+                                processes=[proc])
         groups = sampler.generate([[1, 2], [3]], n=2, temperature=1.0, top_p=1.0, max_tokens=4, seed=0, logprobs=True)
         assert [[c.token_ids for c in g] for g in groups] == [[[7], [7]], [[7], [7]]] and groups[0][0].logprobs == [-0.5]
+        # not reaped yet when the request fails (reset or refused): the one line names the exit all the same
         os.kill(proc.proc.pid, signal.SIGKILL if fault == "dies" else signal.SIGSTOP)
-        if fault == "dies":
-            proc.proc.wait(10)
         start = time.monotonic()
         with pytest.raises(RlvrError) as err:
             sampler.generate([[1, 2]], n=2, temperature=1.0, top_p=1.0, max_tokens=4, seed=0)

@@ -23,7 +23,7 @@ from rlvr.weight_sync import (
     broadcast,
     bucket_size,
     buckets,
-    free_port,
+    listen,
     open_group,
     pack,
     unpack,
@@ -153,6 +153,7 @@ RECEIVER = textwrap.dedent("""
         buffer = torch.empty(bucket_size(metas), dtype=torch.uint8)
         broadcast(group, buffer)
         received.update({n: t.clone() for n, t in unpack(buffer, metas)})
+    del group, store  # a gloo group alive at exit can abort the process
     torch.save(received, out)
 """)
 
@@ -163,11 +164,12 @@ def test_two_processes_receive_every_bucket_bit_exact(tmp_path):
     packed = [pack(p) for p in buckets(weights, bucket_bytes=256)]
     assert len(packed) > 2
     spec = [[[m.name, m.dtype, list(m.shape)] for m in metas] for _, metas in packed]
-    port = free_port()
+    listening = listen("127.0.0.1")
+    port = listening.getsockname()[1]
     child = subprocess.Popen([sys.executable, "-c", RECEIVER, str(port), json.dumps(spec), str(tmp_path / "got.pt")],
                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        group, _store = open_group("127.0.0.1", port, 0, 2, 20.0, CPU)
+        group, _store = open_group("127.0.0.1", port, 0, 2, 20.0, CPU, listening=listening)
         for buffer, _ in packed:
             broadcast(group, buffer)
         output, _ = child.communicate(timeout=30)
@@ -206,7 +208,7 @@ class ThreadSampler:
 
         def join(k):
             return open_group(i["master_address"], i["master_port"], i["rank_offset"] + k, i["world_size"],
-                              i["timeout_s"], CPU)
+                              i["timeout_s"], CPU, prefix=i["group_key"])
 
         with ThreadPoolExecutor(self.workers) as pool:
             self.groups = list(pool.map(join, range(self.workers)))
@@ -293,3 +295,43 @@ def test_zero3_gather_groups_are_the_broadcast_buckets():
     # float32, 64-byte alignment: 10 and 20 elements take 64 + 128 bytes, 30 takes 128
     groups = list(buckets(params, bucket_bytes=256))
     assert [[n for n, _ in g] for g in groups] == [["p0", "p1"], ["p2"], ["p3"], ["p4"]]
+
+
+def _listening_addresses(port: int) -> set[str]:
+    """Local addresses of the sockets listening on ``port`` (from /proc/net/tcp and tcp6)."""
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                address, hex_port = local.rsplit(":", 1)
+                if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                    found.add(address)
+    return found
+
+
+def test_the_rendezvous_store_listens_only_on_the_address_it_was_given():
+    """TCPStore given only a host name listens on every interface; rank 0's store serves on the
+    socket ``listen`` bound (loopback here), so no other host can join or disturb the group."""
+    listening = listen("127.0.0.1")
+    port = listening.getsockname()[1]
+    group, store = open_group("127.0.0.1", port, 0, 1, 5.0, CPU, listening=listening)
+    assert _listening_addresses(port) == {"0100007F"}  # 127.0.0.1, not 00000000 (0.0.0.0) nor ::
+    store.set("k", "v")
+    assert store.get("k") == b"v"
+    del group, store
+
+
+def test_each_connection_gets_its_own_group_key():
+    """The workers learn the store's key prefix only through the (guarded) init route: a
+    stranger who reaches the port cannot pose as one of the group's ranks."""
+    log, lock = [], threading.Lock()
+    keys = []
+    for _ in range(2):
+        sampler = ThreadSampler(1, log, lock)
+        sender = Broadcaster([sampler], [1], bucket_bytes=256, timeout_s=20.0)
+        sender.connect()
+        keys.append(sampler.init_info["group_key"])
+        sender.close()
+        sampler.groups = []
+    assert keys[0] != keys[1] and all(k.startswith("rlvr-weight-sync-") and len(k) > 30 for k in keys)
