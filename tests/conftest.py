@@ -9,6 +9,23 @@ ROOT = Path(__file__).resolve().parents[1]
 os.environ.setdefault("RLVR_DATA_DIR", str(ROOT.parent / "shared" / "data"))
 RLVR = str(Path(sys.executable).parent / "rlvr")
 
+# How long a test waits for something that must happen (a process exits, a count settles) before
+# it calls it a failure: long, because with both cores busy the kernel and Python are slow to get
+# there; a test that passes returns as soon as the condition holds.
+SETTLE_S = 60.0
+
+
+def wait_until(condition, timeout_s: float = SETTLE_S, interval_s: float = 0.05) -> bool:
+    """Poll ``condition()`` until it is true (True) or ``timeout_s`` passes (False)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(interval_s)
+    return True
+
 
 def run_rlvr(*args, env=None, cwd=None, timeout=900):
     """Run the installed `rlvr` command; returns CompletedProcess with text output."""

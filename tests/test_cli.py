@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RLVR, run_rlvr
+from conftest import RLVR, run_rlvr, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -523,9 +523,7 @@ def test_score_math_stops_within_a_second_and_its_workers_go_too(rlvr_cmd, tmp_p
     code, took, children = _interrupt_score(command, {}, tmp_path, signal.SIGINT, ready_after=3.0)
     assert code == 130 and took < 1.0, (code, took)
     assert children, "the math reward started no worker processes"
-    deadline = time.monotonic() + 5
-    while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: not any(_alive(pid) for pid in children))
     assert not any(_alive(pid) for pid in children)
 
 

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import RLVR
+from conftest import RLVR, wait_until
 from test_engine import (  # noqa: F401 - test_plugin is a fixture
     assert_sampler_holds_trainer_weights, make_run, rows, test_plugin, train_two_ranks, train_two_steps)
 
@@ -89,7 +89,7 @@ def test_sampler_that_dies_or_hangs_stops_the_run_with_one_line(tmp_path, tiny_m
         assert "exited with status -9" in lines[0], lines[0]
     else:
         assert "did not answer within 15 s" in lines[0] and 10 < took < 120, (took, lines[0])
-    time.sleep(1)
+    wait_until(lambda: not sampler_pids(out))
     assert sampler_pids(out) == []  # nothing left behind: not the API server, not vLLM's engine
 
 
@@ -101,9 +101,7 @@ def test_kill_9_of_the_trainer_takes_the_sampler_with_it_and_resume_goes_on(tmp_
     _wait_rows(out, 2, proc)
     os.killpg(proc.pid, signal.SIGKILL)  # the trainer's own group only: the sampler has its own session
     proc.wait()
-    end = time.time() + 30
-    while sampler_pids(out) and time.time() < end:
-        time.sleep(0.2)
+    wait_until(lambda: not sampler_pids(out))
     assert sampler_pids(out) == []
     done = subprocess.run([RLVR, "train", recipe, "--output-dir", out, "--resume", "--set", "sampling.mode=server",
                            "--set", "sampling.max_staleness=1"], env=env, capture_output=True, text=True, timeout=600)
