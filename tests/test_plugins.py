@@ -182,7 +182,7 @@ def test_arithmetic_test_split_is_held_out():
     assert questions("test", 500)[0] == test  # deterministic
 
 
-def test_sampler_dtype_follows_hardware(tmp_path):
+def test_sampler_dtype_follows_hardware(tmp_path, monkeypatch):
     from rlvr.samplers import cpu_has_bf16, sampler_dtype
 
     plain, amx = tmp_path / "plain", tmp_path / "amx"
@@ -194,6 +194,10 @@ def test_sampler_dtype_follows_hardware(tmp_path):
     assert sampler_dtype("float16", on_cpu=True) == "float16"
     assert sampler_dtype("auto", on_cpu=True, cpuinfo=str(plain)) == "float32"
     assert sampler_dtype("auto", on_cpu=True, cpuinfo=str(amx)) == "bfloat16"
+    # RLVR_CPUINFO: this machine takes the decisions of the CPU the file describes
+    for described, dtype in ((plain, "float32"), (amx, "bfloat16")):
+        monkeypatch.setenv("RLVR_CPUINFO", str(described))
+        assert sampler_dtype("auto", on_cpu=True) == dtype and cpu_has_bf16() == (dtype == "bfloat16")
 
 
 # ---------------------------------------------------------------------------- reward options
