@@ -252,8 +252,8 @@ def __getattr__(name: str):  # the factory imports the class lazily, by name
 # ---- the sending half --------------------------------------------------------------------------
 
 class SyncClient(Protocol):
-    """vLLM's weight-sync control plane for one sampler (``LLMClient``, or vLLM's own
-    ``HTTPVLLMWeightSyncClient`` for a server)."""
+    """vLLM's weight-sync control plane for one sampler (``LLMClient``; for a server,
+    ``rlvr.server.SamplerHTTP``, whose requests carry the run's secret)."""
 
     def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None: ...
     def start_weight_update(self) -> None: ...
