@@ -1,6 +1,6 @@
 """Throughput and agreement of the ``math`` reward vs plain math-verify.
 
-Pairs are built from the offline data ($RLVR_DATA_DIR, default /work/shared/data):
+Pairs are built from the offline data ($RLVR_DATA_DIR, default ../shared/data beside the checkout):
 
 - gsm8k:   gold = the GSM8K solution (``... #### N``); predictions = short completions
            ending in ``\\boxed{N}`` (right) or ``\\boxed{N+1}`` etc. (wrong), in varied formats.
@@ -115,7 +115,7 @@ def main() -> None:
     import logging
 
     logging.getLogger("math_verify").setLevel(logging.CRITICAL)  # per-timeout warnings of the baseline
-    data = Path(os.environ.get("RLVR_DATA_DIR", "/work/shared/data"))
+    data = Path(os.environ.get("RLVR_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
     rng = random.Random(args.seed)
     sets = {"gsm8k": gsm8k_pairs(data, args.n, args.group, rng), "math500": math500_pairs(data, args.n, args.group, rng)}
     adversarial = [("4", text, False) for text in ADVERSARIAL]

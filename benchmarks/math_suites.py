@@ -20,7 +20,8 @@ Sources (each skipped with a note when absent):
   for the categories it pins (false positives of math-verify among them).
 
 ``--fetch`` downloads the PyPI sdists (math-verify, skyrl-gym) into ``--cache``; the GitHub
-files are read from git mirrors under ``--mirrors`` (``<owner>+<name>/repo``), or from
+files are read from git mirrors under ``--mirrors`` (``<owner>+<name>/repo``; default
+``$RLVR_MIRRORS``), or from
 ``--cache/<owner>+<name>/<path>`` if placed there by hand. To score another version of the
 reward (say the last commit's), put it first on the path as ``rlvr_plugins``::
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 import subprocess
 import sys
 import tarfile
@@ -78,8 +80,8 @@ def _github_file(args, repo: str, path: str) -> str | None:
     placed = args.cache / owner_name / path
     if placed.is_file():
         return placed.read_text()
-    git_dir = args.mirrors / owner_name / "repo"
-    if git_dir.is_dir():
+    git_dir = args.mirrors / owner_name / "repo" if args.mirrors else None
+    if git_dir is not None and git_dir.is_dir():
         out = subprocess.run(["git", f"--git-dir={git_dir}", "show", f"HEAD:{path}"], capture_output=True, text=True)
         if out.returncode == 0:
             return out.stdout
@@ -199,7 +201,8 @@ def math_verify_verdicts(cases: list[Case]) -> list[bool]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--cache", type=Path, default=ROOT / ".venv" / "math-suites")
-    parser.add_argument("--mirrors", type=Path, default=Path("/work/.mirror"))
+    parser.add_argument("--mirrors", type=Path, default=os.environ.get("RLVR_MIRRORS"),
+                        help="folder of git mirrors, <owner>+<name>/repo (default: $RLVR_MIRRORS; none: --cache only)")
     parser.add_argument("--fetch", action="store_true", help="download the PyPI sdists that are missing")
     parser.add_argument("--timeout", type=float, default=5.0, help="rlvr's per-sample limit (default 5)")
     parser.add_argument("--show", action="store_true", help="list the cases each grader gets wrong")

@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from . import RlvrError, __version__
-from .sampler_auth import SECRET_ENV
+from .sampler_auth import SECRET_ENV, SECRET_FILE_ENV, required_secret
 
 
 def _cpus() -> int:
@@ -446,7 +446,11 @@ def sampler(recipe, overrides, profile, model, host, port, secret_file, print_co
     """
     if not host.strip():
         raise RlvrError("--host: give an address to listen on, e.g. 127.0.0.1 or 0.0.0.0")
-    secret = None if print_command else _sampler_secret(secret_file)  # before the model loads
+    secret = None  # checked before the model loads
+    if not print_command:
+        secret = required_secret("rlvr sampler needs a secret", f": set {SECRET_ENV} or {SECRET_FILE_ENV}, or pass "
+                                 "--secret-file; make one with python3 -c 'import secrets; print(secrets.token_urlsafe(32))'",
+                                 secret_file)
     settings = [("model.name", model)] if model is not None else []  # taken as given, as in train
     registry = _registry()
     rec = _load_resolved(recipe, list(overrides), profile, registry, settings)
@@ -480,22 +484,6 @@ def sampler(recipe, overrides, profile, model, host, port, secret_file, print_co
         os.execve(command[0], command, env)
     except OSError as exc:
         raise RlvrError(f"cannot start the sampler ({command[0]}): {exc.strerror}") from None
-
-
-def _sampler_secret(secret_file: Path | None) -> str:
-    """The secret ``rlvr sampler`` guards its routes with (``sampler_auth.given_secret``); a
-    one-line error when there is none or it is too weak."""
-    from .sampler_auth import SECRET_FILE_ENV, given_secret, secret_problem
-
-    try:
-        secret, where = given_secret(secret_file)
-    except ValueError as exc:
-        raise RlvrError(str(exc)) from None
-    problem = secret_problem(secret)
-    if problem:
-        raise RlvrError(f"rlvr sampler needs a secret ({problem} in {where}): set {SECRET_ENV} or {SECRET_FILE_ENV}, "
-                        "or pass --secret-file; make one with python3 -c 'import secrets; print(secrets.token_urlsafe(32))'")
-    return secret
 
 
 def _shell_line(command: list[str], env: dict[str, str], keep: tuple[str, ...] = ()) -> str:

@@ -79,6 +79,21 @@ def given_secret(secret_file: str | os.PathLike | None = None) -> tuple[str, str
         raise ValueError(f"{where}: cannot read {secret_file}: {getattr(exc, 'strerror', None) or exc}") from None
 
 
+def required_secret(needs: str, how: str = "", secret_file: str | os.PathLike | None = None) -> str:
+    """The secret a user gave (``given_secret``), or an ``RlvrError`` of one line: ``needs``, then
+    what is wrong with it and where it was looked for, then ``how`` to give one."""
+    from . import RlvrError
+
+    try:
+        secret, where = given_secret(secret_file)
+    except ValueError as exc:
+        raise RlvrError(str(exc)) from None
+    problem = secret_problem(secret)
+    if problem:
+        raise RlvrError(f"{needs} ({problem} in {where}){how}")
+    return secret
+
+
 def auth_headers(secret: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {secret}"}
 

@@ -36,7 +36,7 @@ from typing import Iterable, Sequence
 import torch
 
 from . import RlvrError
-from .sampler_auth import SECRET_ENV, SECRET_FILE_ENV, auth_headers, given_secret, new_secret, secret_problem
+from .sampler_auth import SECRET_ENV, SECRET_FILE_ENV, auth_headers, new_secret, required_secret
 from .samplers import Completion, per_prompt, prompt_seed, sampler_dtype, whole_prefills
 from .weight_sync import Broadcaster, free_port
 
@@ -200,25 +200,21 @@ class SamplerHTTP:
         self.headers = auth_headers(secret)
 
     def get(self, path: str) -> dict:
-        import requests
-
-        response = requests.get(self.url + path, headers=self.headers, timeout=self.timeout_s)
-        self._check(path, response)
-        return response.json()
+        return self._request("GET", path)
 
     def post(self, path: str, body: dict | None = None, params: dict | None = None) -> dict:
+        return self._request("POST", path, json=body, params=params)
+
+    def _request(self, method: str, path: str, **kwargs) -> dict:
         import requests
 
-        response = requests.post(self.url + path, json=body, params=params, headers=self.headers, timeout=self.timeout_s)
-        self._check(path, response)
-        return response.json() if response.content else {}
-
-    def _check(self, path: str, response) -> None:
+        response = requests.request(method, self.url + path, headers=self.headers, timeout=self.timeout_s, **kwargs)
         if response.status_code in (401, 403):
             raise RlvrError(f"the sampler at {self.url} refused rlvr's secret: start it with the secret this "
                             f"trainer has in {SECRET_ENV}")
         if response.status_code >= 400:
             raise RlvrError(f"the sampler at {self.url} refused {path}: {response.status_code} {response.text[:300]}")
+        return response.json() if response.content else {}
 
     # -- SyncClient --
     def init_weight_transfer_engine(self, init_info: dict) -> None:
@@ -376,15 +372,8 @@ def running_samplers_secret() -> str:
     """The secret of the running samplers a recipe names (``sampling.server.urls``): the one
     their ``rlvr sampler`` was started with, from this trainer's environment
     (``RLVR_SAMPLER_SECRET``, or the file ``RLVR_SAMPLER_SECRET_FILE`` names)."""
-    try:
-        secret, where = given_secret()
-    except ValueError as exc:
-        raise RlvrError(str(exc)) from None
-    problem = secret_problem(secret)
-    if problem:
-        raise RlvrError(f"sampling.server.urls names running samplers: set {SECRET_ENV} (or {SECRET_FILE_ENV}) to the "
-                        f"secret they were started with ({problem} in {where})")
-    return secret
+    return required_secret(f"sampling.server.urls names running samplers: set {SECRET_ENV} (or {SECRET_FILE_ENV}) "
+                           "to the secret they were started with")
 
 
 def _other_nodes(world: int) -> bool:

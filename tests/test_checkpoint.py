@@ -182,23 +182,17 @@ def test_the_payload_is_live(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_pickled_rank_file_of_the_old_format_is_refused_unrun(saved, tmp_path):
+@pytest.mark.parametrize("pickled, message", [
+    ("rng_rank0.pt", "older rlvr format"),  # a rank file of the old format, the JSON gone
+    ("rlvr_rank0.json", "is not a valid rank state"),  # a pickle in place of the JSON
+], ids=["old-format", "in-place-of-json"])
+def test_a_pickled_rank_file_is_refused_unrun(saved, tmp_path, pickled, message):
     ckpt_dir = copy_of(saved, tmp_path)
     marker = tmp_path / "pwned"
     (ckpt_dir / "step1" / "rlvr_rank0.json").unlink()
-    malicious_pickle(ckpt_dir / "step1" / "rng_rank0.pt", marker)
+    malicious_pickle(ckpt_dir / "step1" / pickled, marker)
     done = run_script(tmp_path, "resume", ckpt_dir)
-    assert done.returncode == 2 and "older rlvr format" in line(done, "REFUSED")
-    assert not marker.exists()
-
-
-@pytest.mark.slow
-def test_a_pickle_in_place_of_the_rank_file_is_refused_unrun(saved, tmp_path):
-    ckpt_dir = copy_of(saved, tmp_path)
-    marker = tmp_path / "pwned"
-    malicious_pickle(ckpt_dir / "step1" / "rlvr_rank0.json", marker)
-    done = run_script(tmp_path, "resume", ckpt_dir)
-    assert done.returncode == 2 and "is not a valid rank state" in line(done, "REFUSED")
+    assert done.returncode == 2 and message in line(done, "REFUSED")
     assert not marker.exists()
 
 

@@ -26,7 +26,7 @@ except ImportError:  # not installed yet: use the source tree
 from rlvr import RlvrError, Score  # noqa: E402
 from rlvr.workers import Result  # noqa: E402
 
-DATA_DIR = Path(os.environ.get("RLVR_DATA_DIR", "/work/shared/data"))
+DATA_DIR = Path(os.environ.get("RLVR_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
 
 # (gold, predicted final answer, equal?) -- grouped by what they exercise.
 PAIRS = [
