@@ -300,7 +300,7 @@ def trl_worker(a: argparse.Namespace) -> None:
     from rlvr.plugins import load_registry
     from rlvr.recipe import PromptConfig, data_dir
     from rlvr.template import render
-    from rlvr.rewards import completion_text
+    from rlvr.kit import completion_text
 
     registry = load_registry()
     rows = list(registry.task(TASK).load("train", data_dir=data_dir(), **TASK_OPTIONS))

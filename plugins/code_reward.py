@@ -39,7 +39,7 @@ from typing import Annotated, Any, Literal
 from annotated_types import Ge, Gt, Le
 
 from rlvr import RlvrError, Score, hookimpl
-from rlvr.rewards import completion_text
+from rlvr.kit import completion_text
 
 from .sandbox import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT, ISOLATION_LEVELS, Job, Result, get_sandbox
 

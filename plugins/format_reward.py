@@ -26,7 +26,7 @@ import re
 from typing import Any, Literal, Sequence, get_args
 
 from rlvr import RlvrError, Score, hookimpl
-from rlvr.rewards import completion_text
+from rlvr.kit import completion_text
 
 __all__ = ["format_reward", "check_format", "rlvr_register_rewards"]
 

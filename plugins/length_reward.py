@@ -12,7 +12,7 @@ from typing import Annotated
 from annotated_types import Ge
 
 from rlvr import Score, hookimpl
-from rlvr.algo import soft_overlong_penalty
+from rlvr.kit import soft_overlong_penalty
 
 
 def overlong(

@@ -3,7 +3,7 @@
 Registered as reward ``math``. Dataset column ``answer``: a final answer (``"42"``,
 ``"\\frac{1}{2}"``) or a full solution (GSM8K ``... #### 42``, MATH ``... \\boxed{42}``).
 
-Pipeline, per sample, in a worker process of :class:`rlvr.workers.DeadlinePool`
+Pipeline, per sample, in a worker process of :class:`rlvr.kit.workers.DeadlinePool`
 (math-verify times out with ``signal.alarm``, which only works in a main thread,
 and sympy can hang inside C code where no signal handler runs, so a worker that
 overruns ``timeout`` is killed from outside and replaced; a softer SIGALRM limit
@@ -72,7 +72,7 @@ from typing import Annotated, Any, Literal, Sequence, get_args
 from annotated_types import Ge, Gt
 
 from rlvr import RlvrError, Score, hookimpl
-from rlvr.rewards import completion_text
+from rlvr.kit import completion_text
 
 __all__ = ["math_reward", "check_answer", "extract_answer", "extract_gold", "last_boxed", "boxed_answer",
            "rlvr_register_rewards"]
@@ -1812,7 +1812,7 @@ def _score_item(item: tuple) -> dict[str, Any]:
 # --------------------------------------------------------------------------- host side
 
 def _pool(workers: int = 0):
-    """The shared worker pool of that size (see :func:`rlvr.workers.shared_pool`).
+    """The shared worker pool of that size (see :func:`rlvr.kit.workers.shared_pool`).
 
     ``workers=0``: $RLVR_MATH_WORKERS, else the CPU count clamped to 2..8.
     """
@@ -1822,7 +1822,7 @@ def _pool(workers: int = 0):
             workers = max(1, int(size)) if size else 0
         except ValueError:
             raise RlvrError(f"RLVR_MATH_WORKERS must be an integer, got {size!r}") from None
-    from rlvr.workers import shared_pool
+    from rlvr.kit.workers import shared_pool
 
     # 2 GiB of growth per worker: far more than any sane answer needs, and a cap
     # on what a pathological one can take from the trainer beside it.
@@ -1868,7 +1868,7 @@ def math_reward(
     for completion, gold_value in zip(completions, answer):
         gold_text = "" if gold_value is None else str(gold_value)
         items.append((completion_text(completion), gold_text, extract, gold, int(max_answer_chars), soft))
-    from rlvr.workers import PoolBroken
+    from rlvr.kit.workers import PoolBroken
 
     try:
         results = _pool(int(workers)).map(_score_item, items, timeout=float(timeout))

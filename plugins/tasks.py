@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
 from rlvr import RlvrError, hookimpl
-from rlvr.data import local_or_hub
+from rlvr.kit.data import local_or_hub
 
 T = TypeVar("T")
 

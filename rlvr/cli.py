@@ -238,10 +238,11 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
     Each input line has ``completion`` plus the columns the reward needs. The output has the
     same records in the same order, with ``reward`` (null when unscorable) and ``reward_info``.
     """
-    from .data import read_jsonl
+    from rlvr.kit import read_jsonl
     from .outputs import open_output, same_file, signals_remove_temporaries
     from .recipe import parse_overrides
-    from .rewards import BoundReward, completion_text, score_batch
+    from .rewards import BoundReward, score_batch
+    from rlvr.kit import completion_text
 
     spec = _registry().reward(reward_name)
     for pair in options:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from . import RlvrError
+from rlvr.kit import one_line
 from .environments import Reply, close_env, env_state
 from .samplers import Completion
 
@@ -78,7 +79,7 @@ class ChatTurns:
                               add_generation_prompt=True)
             except Exception as exc:  # noqa: BLE001 - a template that rejects the role
                 raise RlvrError(f"the model's chat template cannot render a {role!r} message: "
-                                f"{str(exc).splitlines()[0][:200]}") from None
+                                f"{one_line(str(exc), 200)}") from None
             if not full.startswith(base) or self.THEIRS not in full:
                 raise RlvrError(f"the model's chat template does not render a {role!r} message after the "
                                 f"assistant's; reply inline (Reply.role=None) instead")
@@ -201,7 +202,7 @@ class EpisodeRunner:
 
     @staticmethod
     def _failed(e: Episode, where: str, exc: Exception) -> Episode:
-        e.done, e.error = True, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        e.done, e.error = True, one_line(exc, 200)
         log.warning(f"environment failed in {where}: {e.error} (episode left unscored)")
         return e
 

@@ -33,6 +33,7 @@ from pydantic import BeforeValidator, ConfigDict, Field, Strict, ValidationError
 from pydantic.fields import FieldInfo
 
 from . import RlvrError
+from rlvr.kit import one_line
 
 # Scalars are strict wherever they appear in an annotation (see the module docstring).
 def _integral(value: Any) -> Any:
@@ -82,7 +83,7 @@ class OptionChecker:
         try:
             self._model = create_model(f"{_identifier(reward)}_options", __config__=_CONFIG, **fields)
         except Exception as exc:  # pydantic cannot check some annotation: the plugin's bug, said at registration
-            raise TypeError(f"cannot check its options' annotations: {type(exc).__name__}: {_first_line(exc)}") from None
+            raise TypeError(f"cannot check its options' annotations: {one_line(exc)}") from None
         self._field = {name: f"o{i}" for i, name in enumerate(self.options)}
 
     def check(self, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -145,7 +146,7 @@ def _resolve(fn: Any, name: str, raw: Any) -> Any:
         return typing.get_type_hints(holder, include_extras=True)[name]
     except Exception as exc:  # NameError for a missing import, SyntaxError, ...
         raise TypeError(f"option {name}: cannot resolve its annotation {raw!r}: "
-                        f"{type(exc).__name__}: {_first_line(exc)}") from None
+                        f"{one_line(exc)}") from None
 
 
 def _globals_of(fn: Any) -> dict:
@@ -258,11 +259,6 @@ def did_you_mean(name: str, choices: Any) -> str:
 def _show(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else ""
 
 
 def _identifier(name: str) -> str:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Iterable, Mapping
 import pluggy
 
 from . import RlvrError, hookspecs
+from rlvr.kit import one_line
 from .hookspecs import RegisterEnvironment, RegisterReward, RegisterTask
 from .options import OptionChecker, did_you_mean, option_checker
 
@@ -60,13 +61,13 @@ def get_plugin_manager(load_entry_points: bool = True) -> pluggy.PluginManager:
                 pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=name)
             except pluggy.PluginValidationError as exc:
                 raise RlvrError(
-                    f"plugin {name!r} does not fit rlvr's hooks: {_one_line(str(exc))}; "
+                    f"plugin {name!r} does not fit rlvr's hooks: {one_line(str(exc))}; "
                     "fix the plugin or leave it out with RLVR_LOAD_PLUGINS"
                 ) from exc
             except Exception as exc:  # a broken third-party plugin must not look like our bug
                 raise RlvrError(
                     f"plugin {name!r} (entry point group {ENTRY_POINT_GROUP!r}) failed to load: "
-                    f"{type(exc).__name__}: {_one_line(str(exc))}; disable it with RLVR_LOAD_PLUGINS"
+                    f"{type(exc).__name__}: {one_line(str(exc))}; disable it with RLVR_LOAD_PLUGINS"
                 ) from exc
         check_hook_names(pm)
     pm.check_pending()
@@ -90,11 +91,6 @@ def check_hook_names(pm: pluggy.PluginManager) -> None:
                     f"which is not an rlvr hook{did_you_mean(name, specs)}; hooks: {', '.join(specs)}; "
                     "fix the plugin or leave it out with RLVR_LOAD_PLUGINS"
                 )
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split()) or "(no message)"
-    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _trace(pm: pluggy.PluginManager) -> None:

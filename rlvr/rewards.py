@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from . import RlvrError, Score
+from rlvr.kit import one_line
 from .plugins import REWARD_POSITIONAL, RewardSpec
 
 log = logging.getLogger("rlvr.rewards")
@@ -83,26 +84,6 @@ class RewardBatch:
 
     def unscorable(self) -> int:
         return sum(v is None for v in self.total)
-
-
-def completion_text(completion: Any) -> str:
-    """Plain text of a completion: a string, or chat messages (the last assistant turn counts;
-    without roles, the last message). Content may itself be a list of text parts."""
-    if completion is None:
-        return ""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, dict):
-        if "content" in completion:
-            return completion_text(completion["content"])
-        return str(completion.get("text", ""))
-    if isinstance(completion, (list, tuple)):
-        messages = [m for m in completion if isinstance(m, dict) and "content" in m]
-        if messages:
-            assistant = [m for m in messages if m.get("role", "assistant") == "assistant"]
-            return completion_text((assistant or messages)[-1])
-        return "".join(completion_text(part) for part in completion)
-    return str(completion)
 
 
 def _coerce(item: Any) -> tuple[float | None, dict, str | None]:
@@ -167,7 +148,7 @@ def run_reward(
     try:
         out = _call(reward, prompts, completions, completion_ids, kwargs)
     except Exception as exc:  # noqa: BLE001 - a reward's bug must not stop training
-        error = _one_line(exc)
+        error = one_line(exc)
         if len(completions) == 1:
             return RewardRun([None], [{"error": error}], {0: error})
         run = RewardRun([], [], {}, batch_error=error)
@@ -184,33 +165,13 @@ def run_reward(
         try:
             value, info, error = _coerce(item)
         except Exception as exc:  # noqa: BLE001 - e.g. a Score whose info is not a mapping
-            error = f"reward returned {type(item).__name__} that cannot be read: {_one_line(exc)}"
+            error = f"reward returned {type(item).__name__} that cannot be read: {one_line(exc)}"
             value, info = None, {"error": error}
         run.values.append(value)
         run.infos.append(info)
         if error:
             run.failed[i] = error
     return run
-
-
-def call_reward(
-    reward: BoundReward,
-    prompts: Sequence[str],
-    completions: Sequence[str],
-    completion_ids: Sequence[Sequence[int] | None],
-    rows: Sequence[Mapping[str, Any]],
-    first_record: int = 1,
-) -> tuple[list[float | None], list[dict], str | None]:
-    """(values, infos, what failed or None) of one reward on a batch; logs the failures."""
-    run = run_reward(reward, prompts, completions, completion_ids, rows, first_record)
-    message = run.message(reward.name, first_record)
-    if message:
-        log.warning("%s", message)
-    return run.values, run.infos, message
-
-
-def _one_line(exc: BaseException) -> str:
-    return " ".join(f"{type(exc).__name__}: {exc}".split())
 
 
 async def _await(awaitable):

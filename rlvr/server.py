@@ -36,6 +36,7 @@ from typing import Iterable, Sequence
 import torch
 
 from . import RlvrError
+from rlvr.kit import one_line
 from .sampler_auth import SECRET_ENV, SECRET_FILE_ENV, auth_headers, new_secret, required_secret
 from .samplers import Completion, per_prompt, prompt_seed, sampler_dtype, whole_prefills
 from .weight_sync import Broadcaster, free_port
@@ -258,7 +259,7 @@ class ServerSampler:
                     return RlvrError(problem)
         if isinstance(exc, requests.Timeout):
             return RlvrError(f"the sampler at {url} did not answer within {self.timeout_s:g} s (sampling.server.timeout_s)")
-        return RlvrError(f"the sampler at {url} failed: {str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__}")
+        return RlvrError(f"the sampler at {url} failed: {one_line(str(exc) or type(exc).__name__)}")
 
     def _call(self, url: str, method: str, *args, **kwargs) -> dict:
         import requests
@@ -318,7 +319,7 @@ class ServerSampler:
                     problem = p.exited(wait_s=5.0)
                     if problem:
                         raise RlvrError(problem + " during a weight sync") from None
-                raise RlvrError(f"weight sync to the samplers failed: {str(exc).splitlines()[0][:300]}") from None
+                raise RlvrError(f"weight sync to the samplers failed: {one_line(str(exc))}") from None
             self._each(lambda u: self._post(u, "/resume"))
         if self.world > 1:
             import torch.distributed as dist

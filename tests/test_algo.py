@@ -5,7 +5,8 @@ import math
 import pytest
 import torch
 
-from rlvr.algo import rloo_advantages, shortest_correct_penalty, soft_overlong_penalty
+from rlvr.algo import rloo_advantages, shortest_correct_penalty
+from rlvr.kit import soft_overlong_penalty
 from rlvr.losses import aggregate, kl_estimate, policy_loss, token_logprobs_and_entropy
 
 

@@ -628,7 +628,7 @@ def test_read_jsonl_reports_bad_bytes_and_files_by_line(tmp_path):
     import gzip
 
     from rlvr import RlvrError
-    from rlvr.data import read_jsonl
+    from rlvr.kit.data import read_jsonl
 
     bom = tmp_path / "bom.jsonl"
     bom.write_bytes(b'\xef\xbb\xbf{"a": 1}\n\n{"a": 2}\n')

@@ -18,7 +18,7 @@ import pytest
 
 from rlvr import Reply, hookimpl, hookspecs
 from rlvr.plugins import get_plugin_manager, load_registry, reward_signature
-from rlvr.rewards import BoundReward, call_reward
+from rlvr.rewards import BoundReward, run_reward
 from test_readme import check_recipe, fenced_blocks, recipe_blocks
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "hooks.md"
@@ -185,8 +185,8 @@ def test_every_docs_example_runs(tmp_path):
         for spec in registry.rewards.values():
             check_parameter_comments(source, spec.fn)
             rows = [{column: "42" for column in spec.columns}]
-            values, _, error = call_reward(BoundReward(spec), ["What is 6 * 7?"], ["42"], [None], rows)
-            assert error is None and len(values) == 1, (spec.name, error)
+            run = run_reward(BoundReward(spec), ["What is 6 * 7?"], ["42"], [None], rows)
+            assert not run.failed and len(run.values) == 1, (spec.name, run.message(spec.name))
         for spec in registry.environments.values():
             env = spec.make({"question": "What is 6 * 7?", "answer": "42"})
             assert env.stop and isinstance(env.step("It is 42."), Reply), spec.name

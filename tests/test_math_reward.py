@@ -24,7 +24,7 @@ except ImportError:  # not installed yet: use the source tree
     from plugins import math_reward as mr
 
 from rlvr import RlvrError, Score  # noqa: E402
-from rlvr.workers import Result  # noqa: E402
+from rlvr.kit.workers import Result  # noqa: E402
 
 DATA_DIR = Path(os.environ.get("RLVR_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
 

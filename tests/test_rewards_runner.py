@@ -188,7 +188,7 @@ def test_options_are_passed():
 
 
 def test_completion_text_reads_strings_and_chat_messages():
-    from rlvr.rewards import completion_text
+    from rlvr.kit import completion_text
 
     chat = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}]
     assert completion_text(chat) == "a"

@@ -1,4 +1,4 @@
-"""Tests of rlvr.workers.DeadlinePool: results, errors, hard time limits, threads, shutdown.
+"""Tests of rlvr.kit.workers.DeadlinePool: results, errors, hard time limits, threads, shutdown.
 
 Worker functions are mostly stdlib callables; ``worker_pid`` is imported by the
 workers from this module (they inherit the parent's sys.path).
@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from rlvr.workers import DeadlinePool, PoolBroken, Result  # noqa: E402
+from rlvr.kit.workers import DeadlinePool, PoolBroken, Result  # noqa: E402
 
 # sum() over a huge iterator runs inside one C call: no Python signal handler can stop it,
 # only killing the process can. This is the case the pool exists for.
@@ -211,7 +211,7 @@ def test_import_has_no_side_effects():
         import sys, threading
         sys.path.insert(0, {str(ROOT)!r})
         before = set(sys.modules)
-        import rlvr.workers
+        import rlvr.kit.workers
         new = set(sys.modules) - before
         assert threading.active_count() == 1
         assert "multiprocessing" not in new, sorted(new)
@@ -230,7 +230,7 @@ def test_workers_cleaned_up_at_exit_without_shutdown(tmp_path):
             f"""
             import itertools, os, sys
             sys.path.insert(0, {str(ROOT)!r})
-            from rlvr.workers import DeadlinePool
+            from rlvr.kit.workers import DeadlinePool
 
             def pid(_):
                 return os.getpid()
@@ -269,7 +269,7 @@ def test_script_without_main_guard_fails_fast_instead_of_hanging(tmp_path):
     start-up. The caller gets PoolBroken naming the cause within seconds (it used to wait forever:
     shutting the pool down touched the already closed process of the dead worker)."""
     script = tmp_path / "noguard.py"
-    script.write_text("from rlvr.workers import DeadlinePool\nprint(DeadlinePool(1).map(abs, [-1], timeout=5))\n")
+    script.write_text("from rlvr.kit.workers import DeadlinePool\nprint(DeadlinePool(1).map(abs, [-1], timeout=5))\n")
     start = time.monotonic()
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert done.returncode != 0

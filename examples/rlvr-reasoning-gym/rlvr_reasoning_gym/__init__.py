@@ -36,7 +36,7 @@ from typing import Annotated, Any, Iterator, Literal, Sequence, get_args
 from annotated_types import Ge, Gt
 
 from rlvr import RlvrError, Score, hookimpl
-from rlvr.rewards import completion_text
+from rlvr.kit import completion_text
 
 __all__ = [
     "reasoning_gym_task",
@@ -428,7 +428,7 @@ def _parse_entry(raw: Any) -> tuple[str, dict, dict] | str:
 
 def _pool(workers: int):
     """The shared checker pool of that size (0: the CPU count clamped to 2..8)."""
-    from rlvr.workers import shared_pool
+    from rlvr.kit.workers import shared_pool
 
     return shared_pool(workers, "rlvr_reasoning_gym:_init_worker", memory_limit_mb=2048)
 
@@ -493,7 +493,7 @@ def reasoning_gym_reward(
             continue
         jobs.append((i, (name, config_json, answer, rg_entry, soft), info))
     if jobs:
-        from rlvr.workers import PoolBroken
+        from rlvr.kit.workers import PoolBroken
 
         try:
             results = _pool(int(workers)).map(_score_item, [job for _, job, _ in jobs], timeout=float(timeout))

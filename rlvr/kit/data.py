@@ -10,7 +10,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 from typing import Iterator
 
-from . import RlvrError
+from rlvr import RlvrError
 
 
 def read_jsonl(path: str | Path) -> Iterator[dict]:
