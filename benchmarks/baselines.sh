@@ -40,8 +40,8 @@ for tag in before after; do
 import json, sys
 from pathlib import Path
 folder, bench = Path(sys.argv[1]), sys.argv[2]
-from rlvr.plugins import get_plugin_manager, load_registry
-from rlvr.recipe import data_dir
+from rlvr.host.registry import get_plugin_manager, load_registry
+from rlvr.kit.data import data_dir
 task = load_registry(get_plugin_manager()).task("gsm8k" if bench == "gsm8k" else "math")
 rows = {str(r.get("id")): r for r in task.load("test", data_dir=data_dir())}
 with open(folder / "lenient-in.jsonl", "w") as f:

@@ -32,10 +32,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 try:
-    from rlvr_plugins import math_reward as mr
+    import rlvr_plugins.math as mr
 except ImportError:  # not installed: use the source tree
     sys.path.insert(0, str(ROOT))
-    from plugins import math_reward as mr
+    import plugins.math as mr
 
 # Predictions for the gold answer "4"; all wrong, all expensive to evaluate naively.
 ADVERSARIAL = [

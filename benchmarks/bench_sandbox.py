@@ -26,6 +26,7 @@ from pathlib import Path
 
 from rlvr_plugins import code_reward as cr
 from rlvr_plugins import sandbox as sb
+from rlvr_plugins.sandbox import pool as sb_pool
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -93,7 +94,7 @@ def main() -> None:
 
     check = human_eval_check()
     box = sb.Sandbox("bwrap", workers=args.workers)
-    sb._SHARED["bwrap"] = box  # the reward uses this pool
+    sb_pool._SHARED["bwrap"] = box  # the reward uses this pool
     threads = len(box.workers)
     start = time.perf_counter()
     box.start()

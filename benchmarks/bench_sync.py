@@ -7,7 +7,7 @@ How each way moves the trainer's full weights into a vLLM engine on this machine
   ``reload_weights`` from it (a full copy through the filesystem every step);
 - ``broadcast, child``: ``sampling.mode: colocate`` with several ranks: the rank's engine in a
   child process, weights by gloo broadcast in ``sampling.sync_bucket_mb`` buckets through
-  vLLM's weight-transfer routes (``rlvr.weight_sync``);
+  vLLM's weight-transfer routes (``rlvr.sampling.weight_sync``);
 - ``broadcast, server``: ``sampling.mode: server``: the same broadcast into vLLM's OpenAI server
   process, its control plane over HTTP;
 - ``in-process``: one rank, the engine inside the trainer's process: tensors handed over.
@@ -44,7 +44,7 @@ QWEN_15B = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, 
 
 
 def make_models(names: list[str], work: Path) -> dict[str, str]:
-    from rlvr.models import resolve_model
+    from rlvr.models.hub import resolve_model
 
     paths = {}
     if "smollm2" in names:
@@ -69,16 +69,16 @@ def worker(model_path: str, way: str, bucket_mb: int, repeats: int, check: bool)
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rlvr.samplers import VLLMSampler, _repack_cpu_lm_heads, hf_state_for_sync
+    from rlvr.sampling.samplers import VLLMSampler, _repack_cpu_lm_heads, hf_state_for_sync
 
     model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32)
     nbytes = sum(p.numel() * p.element_size() for _, p in hf_state_for_sync(model, zero3=False))
     proc = None
     if way == "broadcast-server":
-        from rlvr.server import SamplerProcess, ServerSampler, server_command, server_env
-        from rlvr.weight_sync import free_port
+        from rlvr.sampling.server import SamplerProcess, ServerSampler, server_command, server_env
+        from rlvr.sampling.weight_sync import free_port
 
-        from rlvr.sampler_auth import new_secret
+        from rlvr.sampling.auth import new_secret
 
         port, secret = free_port(), new_secret()
         proc = SamplerProcess(server_command(model_path, port=port, max_model_len=256, dtype="float32", seed=0,

@@ -8,7 +8,7 @@ Ours: N episodes of the ``python`` environment, each one policy turn with one ce
 the episode runner steps environments in parallel). Anchor: the same program as N
 ``Sandbox.run_many`` jobs in mode "io" (run as ``__main__``, its output checked against
 ``45``), one batch. Between them, "in a rollout": the same episodes played by rlvr's episode
-runner (``rlvr.episodes``) with a scripted policy (no model: a code turn per cell, then a boxed
+runner (``rlvr.sampling.episodes``) with a scripted policy (no model: a code turn per cell, then a boxed
 answer), so the figure includes the runner's rounds, tokenizing the replies and the threads.
 A second row gives episodes of three cells, where the tool replays the earlier cells before
 each new one (calls per second counted over all three). The pool is started and warmed
@@ -24,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from rlvr_plugins import python_env as pe
 from rlvr_plugins import sandbox as sb
+from rlvr_plugins.sandbox import pool as sb_pool
 
 CELL = "print(sum(range(10)))\n"
 
@@ -58,7 +59,7 @@ class ScriptedPolicy:
         self.lengths: list[int] = []
 
     def generate(self, prompt_ids, *, n, max_tokens, stop=(), **_):
-        from rlvr.samplers import Completion
+        from rlvr.sampling.samplers import Completion
 
         out = []
         for ids in prompt_ids:  # every episode is the same: its turn t is the t-th distinct length asked
@@ -72,7 +73,7 @@ class ScriptedPolicy:
 def run_rollout(episodes: int, cells: int, tokenizer) -> tuple[float, int]:
     """Seconds for one rollout of ``episodes`` episodes through rlvr's episode runner (all live
     episodes' turns in one call, the environments stepped in parallel threads); tool calls made."""
-    from rlvr.episodes import EpisodeRunner
+    from rlvr.sampling.episodes import EpisodeRunner
 
     policy = ScriptedPolicy(tokenizer, cells)
     prompt = tokenizer.encode("What is 0+1+...+9?", add_special_tokens=False)
@@ -97,7 +98,7 @@ def main() -> None:
     args = parser.parse_args()
 
     box = sb.Sandbox("bwrap", workers=args.workers)
-    sb._SHARED["bwrap"] = box  # the environment uses this pool
+    sb_pool._SHARED["bwrap"] = box  # the environment uses this pool
     start = time.perf_counter()
     box.start()
     threads = len(box.workers)
@@ -108,7 +109,7 @@ def main() -> None:
 
     from transformers import AutoTokenizer
 
-    from rlvr.models import resolve_model
+    from rlvr.models.hub import resolve_model
 
     tokenizer = AutoTokenizer.from_pretrained(resolve_model("smollm2-135m-instruct"))
     n = args.episodes

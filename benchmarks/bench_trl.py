@@ -105,7 +105,7 @@ def tree_memory(pid: int) -> tuple[int, int]:
 
     ``children(recursive=True)`` walks parent pids, not sessions or process groups, so the
     rlvr-server sampler counts: rank 0 starts it with ``subprocess.Popen`` from the trainer
-    process itself (``rlvr.server.SamplerProcess``), and the ``os.setsid()`` its
+    process itself (``rlvr.sampling.server.SamplerProcess``), and the ``os.setsid()`` its
     ``preexec_fn`` runs gives it a session of its own but leaves its parent the trainer; vLLM's
     engine process is the sampler's child in turn."""
     try:
@@ -146,7 +146,7 @@ def run_monitored(name: str, cmd: list[str], log_path: Path, timeout: float, on_
             if on_poll:
                 on_poll()
             if time.time() - launch > timeout:  # rlvr-server's sampler has a session (and group) of its own
-                os.killpg(proc.pid, signal.SIGTERM)  # but dies with the trainer (PR_SET_PDEATHSIG, rlvr.server)
+                os.killpg(proc.pid, signal.SIGTERM)  # but dies with the trainer (PR_SET_PDEATHSIG, rlvr.sampling.server)
                 time.sleep(5)
                 if os.wait4(proc.pid, os.WNOHANG)[0] == 0:
                     os.killpg(proc.pid, signal.SIGKILL)
@@ -187,7 +187,7 @@ def log_tail(path: Path, lines: int = 40) -> str:
 # ---------------------------------------------------------------------------- rlvr side
 def rlvr_recipe(a: argparse.Namespace, side: str) -> dict[str, Any]:
     """The recipe of an rlvr side: ``rlvr``'s, plus ``SERVER_SAMPLING`` for ``rlvr-server``."""
-    from rlvr.recipe import SamplingConfig
+    from rlvr.recipe.spec import SamplingConfig
 
     sampling = {"backend": "vllm", "num_generations": a.k, "temperature": 1.0, "top_p": 1.0,
                 "max_tokens": a.max_tokens}
@@ -294,16 +294,17 @@ def trl_worker(a: argparse.Namespace) -> None:
     from transformers import AutoTokenizer, TrainerCallback
     from trl import RLOOConfig, RLOOTrainer
 
-    from rlvr.prompts import render_prompt
-    from rlvr.rollout import PromptStream
-    from rlvr.models import resolve_model
-    from rlvr.plugins import load_registry
-    from rlvr.recipe import PromptConfig, data_dir
-    from rlvr.template import render
+    from rlvr.host.registry import load_registry
     from rlvr.kit import completion_text
+    from rlvr.kit.data import data_dir
+    from rlvr.models.hub import resolve_model
+    from rlvr.recipe.spec import PromptConfig
+    from rlvr.recipe.template import render
+    from rlvr.sampling.prompts import render_prompt
+    from rlvr.training.rollout import PromptStream
 
     registry = load_registry()
-    rows = list(registry.task(TASK).load("train", data_dir=data_dir(), **TASK_OPTIONS))
+    rows = list(registry.task(TASK).fn("train", data_dir=data_dir(), **TASK_OPTIONS))
     # rlvr's prompt order: the same prompts in the same order every step, so no shuffling here.
     order = PromptStream(len(rows), a.seed).take((a.steps + 1) * a.prompts)
     records = []
@@ -540,7 +541,7 @@ def main() -> int:
         if missing:
             print(f"{missing}: pip install trl=={TRL_VERSION}", file=sys.stderr)
             return 2
-    from rlvr.models import resolve_model
+    from rlvr.models.hub import resolve_model
 
     print(f"model: {resolve_model(MODEL)}", flush=True)  # pulls it once, outside any timing
     sides = [a.only] if a.only else list(SIDES)

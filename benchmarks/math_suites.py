@@ -26,8 +26,7 @@ files are read from git mirrors under ``--mirrors`` (``<owner>+<name>/repo``; de
 reward (say the last commit's), put it first on the path as ``rlvr_plugins``::
 
     .venv/bin/python benchmarks/math_suites.py --fetch
-    mkdir -p /tmp/old/rlvr_plugins && git show HEAD:plugins/math_reward.py > /tmp/old/rlvr_plugins/math_reward.py \\
-      && git show HEAD:plugins/__init__.py > /tmp/old/rlvr_plugins/__init__.py
+    mkdir -p /tmp/old/rlvr_plugins && git archive HEAD:plugins __init__.py math | tar -x -C /tmp/old/rlvr_plugins
     PYTHONPATH=/tmp/old .venv/bin/python benchmarks/math_suites.py
 """
 
@@ -44,10 +43,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 try:
-    from rlvr_plugins import math_reward as mr
+    import rlvr_plugins.math as mr
 except ImportError:  # not installed: use the source tree
     sys.path.insert(0, str(ROOT))
-    from plugins import math_reward as mr
+    import plugins.math as mr
 
 SDISTS = {"math-verify": "math-verify==0.9.0", "skyrl-gym": "skyrl-gym==0.4.0"}
 

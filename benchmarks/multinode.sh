@@ -147,7 +147,7 @@ import sys
 import torch
 from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
 
-from rlvr.models import resolve_model
+from rlvr.models.hub import resolve_model
 
 folder = sys.argv[1]
 tok = AutoTokenizer.from_pretrained(resolve_model("smollm2-135m-instruct"))

@@ -1,5 +1,5 @@
 """The environment's own verdict as a reward: ``state["reward"]`` of a multi-turn episode's
-environment (``rlvr.environments``), for recipes whose environment scores its episodes."""
+environment (``rlvr.host.environments``), for recipes whose environment scores its episodes."""
 
 from __future__ import annotations
 

@@ -26,46 +26,18 @@ import re
 from typing import Any, Literal, Sequence, get_args
 
 from rlvr import RlvrError, Score, hookimpl
-from rlvr.kit import completion_text
+from rlvr.kit import boxes, completion_text
 
 __all__ = ["format_reward", "check_format", "rlvr_register_rewards"]
 
 BoxedMode = Literal["one", "any", "none"]
 BOXED_MODES = get_args(BoxedMode)
 
-_BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
-_BRACE_RE = re.compile(r"\\.|[{}]", re.DOTALL)
 _ANSWER_OPEN = re.compile(r"<answer>", re.IGNORECASE)
 _ANSWER_CLOSE = re.compile(r"</answer>", re.IGNORECASE)
 # What may follow the final answer: whitespace, closing math delimiters, bold markers, a full
 # stop, and the closing answer tag (a box inside <answer>..</answer> ends the text too).
 _TRAILING_OK = re.compile(r"(?:\s|\$|\\\]|\\\)|\*|\.|</answer>)*", re.IGNORECASE)
-
-
-def _boxes(text: str) -> list[tuple[int, int | None]]:
-    """(start, end) of every ``\\boxed{..}``/``\\fbox{..}``; end is None when it is not closed."""
-    spans = []
-    for m in _BOX_RE.finditer(text):
-        i = m.end()
-        while i < len(text) and text[i] in " \t":
-            i += 1
-        end = None
-        if i < len(text) and text[i] == "{":
-            depth = 0
-            for tok in _BRACE_RE.finditer(text, i):
-                if tok.group(0) == "{":
-                    depth += 1
-                elif tok.group(0) == "}":
-                    depth -= 1
-                    if depth == 0:
-                        end = tok.end()
-                        break
-        else:
-            token = re.match(r"[^\s$]+", text[i:])  # "\boxed 5"
-            if token is not None:
-                end = i + token.end()
-        spans.append((m.start(), end))
-    return spans
 
 
 def _think_check(text: str, prefilled: bool) -> tuple[bool, str]:
@@ -103,15 +75,15 @@ def check_format(
         prefilled = isinstance(prompt, str) and prompt.rstrip().endswith("<think>")
         results["think"] = _think_check(completion, prefilled)
 
-    boxes = _boxes(answer_part)
+    spans = boxes(answer_part)
     if boxed != "none":
-        closed = [b for b in boxes if b[1] is not None]
-        if len(closed) != len(boxes):
+        closed = [b for b in spans if b[1] is not None]
+        if len(closed) != len(spans):
             results["boxed"] = (False, "unclosed \\boxed{")
         elif boxed == "one":
-            results["boxed"] = (len(boxes) == 1, "ok" if len(boxes) == 1 else f"expected one \\boxed{{}}, found {len(boxes)}")
+            results["boxed"] = (len(spans) == 1, "ok" if len(spans) == 1 else f"expected one \\boxed{{}}, found {len(spans)}")
         else:
-            results["boxed"] = (bool(boxes), "ok" if boxes else "no \\boxed{}")
+            results["boxed"] = (bool(spans), "ok" if spans else "no \\boxed{}")
 
     answer_end = None
     if answer_tag:
@@ -127,8 +99,8 @@ def check_format(
             results["answer_tag"] = (True, "ok")
         if closes:
             answer_end = closes[-1].end()
-    elif boxes and boxes[-1][1] is not None:
-        answer_end = boxes[-1][1]
+    elif spans and spans[-1][1] is not None:
+        answer_end = spans[-1][1]
 
     if trailing_text:
         if answer_end is None:

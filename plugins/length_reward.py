@@ -2,7 +2,7 @@
 
 The group-relative alternative (penalty relative to the group's shortest correct answer)
 needs other rewards' verdicts, so the engine applies it (``algorithm.length_penalty``);
-both are pure functions in ``rlvr.algo``.
+both are pure functions in ``rlvr.training.algo``.
 """
 
 from __future__ import annotations

@@ -62,7 +62,7 @@ from typing import Annotated, Any, Literal
 from annotated_types import Ge, Gt, Le
 
 from rlvr import hookimpl
-from rlvr.environments import Reply
+from rlvr import Reply
 
 from .sandbox import DEFAULT_MEMORY_MB, Job, Result, get_sandbox
 

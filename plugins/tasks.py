@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
 from rlvr import RlvrError, hookimpl
+from rlvr.kit.boxed import last_boxed
 from rlvr.kit.data import local_or_hub
 
 T = TypeVar("T")
@@ -25,8 +26,6 @@ def gsm8k(split: str, *, data_dir: Path) -> Iterator[dict]:
 
 def math_task(split: str, *, data_dir: Path) -> Iterator[dict]:
     """MATH competition problems: train = MATH train (hub), test = MATH-500."""
-    from .math_reward import last_boxed
-
     if split == "test":
         rows = local_or_hub(data_dir / "math500" / "test.jsonl", "HuggingFaceH4/MATH-500", "test")
     else:

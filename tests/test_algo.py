@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from rlvr.algo import rloo_advantages, shortest_correct_penalty
 from rlvr.kit import soft_overlong_penalty
-from rlvr.losses import aggregate, kl_estimate, policy_loss, token_logprobs_and_entropy
+from rlvr.training.algo import rloo_advantages, shortest_correct_penalty
+from rlvr.training.losses import aggregate, kl_estimate, policy_loss, token_logprobs_and_entropy
 
 
 def test_rloo_issue_example():

@@ -15,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from rlvr.recipe import Recipe
+from rlvr.recipe.spec import Recipe
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_trl.py"
 

@@ -14,7 +14,7 @@ import textwrap
 import pytest
 import torch
 
-from rlvr.checkpoint import RankState, decode_rank_state, encode_rank_state
+from rlvr.training.checkpoint import RankState, decode_rank_state, encode_rank_state
 
 # One DeepSpeed engine on one gloo rank, ZeRO-2 so that optimizer states are files of their own
 # (the ones holding DeepSpeed's classes). `save DIR` trains a step and checkpoints it;
@@ -26,9 +26,9 @@ SCRIPT = textwrap.dedent('''
     import torch, deepspeed
     from transformers import LlamaConfig, LlamaForCausalLM
     from rlvr import RlvrError
-    from rlvr.checkpoint import TrainState, deepspeed_safe_globals, load_checkpoint, save_checkpoint
-    from rlvr.distributed import process_group_scope
-    from rlvr.engine import distributed_env
+    from rlvr.models.distributed import process_group_scope
+    from rlvr.training.checkpoint import TrainState, deepspeed_safe_globals, load_checkpoint, save_checkpoint
+    from rlvr.training.engine import distributed_env
 
     mode, ckpt_dir = sys.argv[1], Path(sys.argv[2])
     distributed_env()

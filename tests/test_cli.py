@@ -176,7 +176,7 @@ def test_score_missing_column(rlvr_cmd, tmp_path):
 def test_light_commands_do_not_import_torch():
     code = (
         "import sys\n"
-        "from rlvr.cli import cli\n"
+        "from rlvr.cli.main import cli\n"
         "for args in (['plugins', '--json'], ['validate', 'tasks/gsm8k.yaml'], ['--help']):\n"
         "    try:\n"
         "        cli(args, standalone_mode=False)\n"
@@ -217,8 +217,8 @@ def test_eval_sizes_the_context_from_the_rendered_prompt(rlvr_cmd, tiny_model, t
 
     from transformers import AutoTokenizer
 
-    from rlvr.prompts import render_prompt
-    from rlvr.recipe import load_recipe
+    from rlvr.recipe.load import load_recipe
+    from rlvr.sampling.prompts import render_prompt
 
     recipe = load_recipe(ROOT / "tasks/demo.yaml")
     tok = AutoTokenizer.from_pretrained(tiny_model)

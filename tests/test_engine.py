@@ -156,7 +156,7 @@ def test_existing_run_needs_resume(tmp_path, tiny_model, test_plugin):
 SYNC_CHECK = '''
 import sys, torch
 from transformers import AutoModelForCausalLM
-from rlvr.samplers import VLLMSampler, hf_state_for_sync
+from rlvr.sampling.samplers import VLLMSampler, hf_state_for_sync
 
 path, dtype = sys.argv[1], sys.argv[2]
 exact = dtype == "float32"  # the trainer's dtype: the sampler computes what the trainer does
@@ -190,8 +190,8 @@ for _ in range(2):
 
 # the sampler's per-token log-probs are those of the distribution it sampled (T = 0.7), and the
 # trainer's log-probs at the same temperature agree with them
-from rlvr.learner import Learner
-from rlvr.recipe import AlgorithmConfig
+from rlvr.recipe.spec import AlgorithmConfig
+from rlvr.training.learner import Learner
 
 # (weights at a trained model's scale: the moves above make logits so large that bfloat16's
 # 8-bit rounding alone shifts log-probs by whole nats)
@@ -366,7 +366,7 @@ def report():
 
 if __name__ == "__main__":
     atexit.register(report)  # first registered, last run
-    from rlvr.cli import main
+    from rlvr.cli.main import main
     sys.argv = ["rlvr", *sys.argv[1:]]
     main()
 """

@@ -1,4 +1,4 @@
-"""Episodes (rlvr.episodes): a scripted policy and scripted environments on the demo model's
+"""Episodes (rlvr.sampling.episodes): a scripted policy and scripted environments on the demo model's
 tokenizer; the transcript, the masks token by token, budgets, failures, chat turns, and what the
 learner and the rewards see."""
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from rlvr import Reply, RlvrError
-from rlvr.episodes import ChatTurns, EpisodeRunner, episode_sums
-from rlvr.learner import policy_mask
-from rlvr.samplers import Completion
+from rlvr.sampling.episodes import ChatTurns, EpisodeRunner, episode_sums
+from rlvr.sampling.samplers import Completion
+from rlvr.training.learner import policy_mask
 
 
 @pytest.fixture(scope="module")
@@ -233,11 +233,11 @@ def test_rollouts_of_episodes_give_rewards_the_environment_state(tok):
     policy_tokens; an episode whose environment failed is unscored (None), the others go on."""
     from types import SimpleNamespace
 
-    from rlvr.plugins import RewardSpec
-    from rlvr.prompts import Prompt
-    from rlvr.recipe import DynamicSamplingConfig, SamplingConfig
-    from rlvr.rewards import BoundReward
-    from rlvr.rollout import PromptStream, RolloutProducer
+    from rlvr.host.registry import RewardSpec
+    from rlvr.recipe.spec import DynamicSamplingConfig, SamplingConfig
+    from rlvr.rewards.runner import BoundReward
+    from rlvr.sampling.prompts import Prompt
+    from rlvr.training.rollout import PromptStream, RolloutProducer
 
     def from_env(prompts, completions, completion_ids, *, env_state=None, policy_tokens=None):
         return [s["reward"] + 0.01 * n for s, n in zip(env_state, policy_tokens)]
@@ -269,9 +269,9 @@ def test_the_learner_trains_on_the_policy_tokens_only():
     token does; the loss normaliser counts policy tokens."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from rlvr.learner import Learner
-    from rlvr.recipe import AlgorithmConfig
-    from rlvr.rollout import Rollout
+    from rlvr.recipe.spec import AlgorithmConfig
+    from rlvr.training.learner import Learner
+    from rlvr.training.rollout import Rollout
 
     def update(tail, first):
         torch.manual_seed(0)
@@ -310,8 +310,9 @@ def test_the_learner_trains_on_the_policy_tokens_only():
 
 def test_recipes_name_environments_and_their_options_are_checked(tmp_path):
     from rlvr import hookimpl
-    from rlvr.plugins import get_plugin_manager, load_registry
-    from rlvr.recipe import load_recipe, resolve
+    from rlvr.host.registry import get_plugin_manager, load_registry
+    from rlvr.recipe.load import load_recipe
+    from rlvr.recipe.resolve import resolve
 
     class Plugin:
         @staticmethod
@@ -354,11 +355,11 @@ def test_recipes_name_environments_and_their_options_are_checked(tmp_path):
 def test_evaluation_plays_episodes_and_reports_tool_figures(tok):
     from types import SimpleNamespace
 
-    from rlvr.evaluate import evaluate_with
-    from rlvr.plugins import RewardSpec
-    from rlvr.prompts import Prompt
-    from rlvr.recipe import Recipe
-    from rlvr.rewards import BoundReward
+    from rlvr.evaluation.evaluate import evaluate_with
+    from rlvr.host.registry import RewardSpec
+    from rlvr.recipe.spec import Recipe
+    from rlvr.rewards.runner import BoundReward
+    from rlvr.sampling.prompts import Prompt
 
     def called(prompts, completions, completion_ids, *, env_state=None):
         return [float(s.get("calls", 0) > 0) for s in env_state]

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from conftest import run_rlvr
-from rlvr.evaluate import _answer_of, majority_correct, pass_at_k
+from rlvr.evaluation.evaluate import _answer_of, majority_correct, pass_at_k
 
 
 def test_pass_at_k_matches_the_definition():

@@ -143,6 +143,18 @@ def test_giant_completion_is_fast():
     assert s.value == 1.0
 
 
+def test_many_open_boxes_are_fast():
+    """One pass over the braces however many boxes stay open (rescanning from each was quadratic:
+    over a minute for this text)."""
+    import time
+
+    text = "<think>r</think>" + "\\boxed{" * 100_000
+    t0 = time.monotonic()
+    s = score(text)
+    assert time.monotonic() - t0 < 2.0
+    assert not s.info["checks"]["boxed"] and "unclosed" in s.info["why"]
+
+
 def test_bad_options():
     with pytest.raises(RlvrError):
         score("x", boxed="two")

@@ -23,8 +23,8 @@ COMPLETIONS = [[20, 21, 22, 23], [30], [24, 25], [40, 41, 42, 43, 44, 45], [31, 
 
 
 def _logprobs(model, share, prompts=PROMPTS, completions=COMPLETIONS):
-    from rlvr.forward import completion_logits
-    from rlvr.losses import token_logprobs_and_entropy
+    from rlvr.training.forward import completion_logits
+    from rlvr.training.losses import token_logprobs_and_entropy
 
     logits, ids, mask = completion_logits(model, prompts, completions, pad_id=0, device="cpu", share_prompts=share)
     return token_logprobs_and_entropy(logits, ids, want_entropy=False)[0] * mask, mask
@@ -68,7 +68,7 @@ def test_all_single_token_completions():
 def test_logprobs_and_entropy_from_one_softmax():
     import torch.nn.functional as F
 
-    from rlvr.losses import token_logprobs_and_entropy
+    from rlvr.training.losses import token_logprobs_and_entropy
 
     torch.manual_seed(1)
     logits = torch.randn(3, 5, 11, requires_grad=True)
@@ -89,7 +89,7 @@ def _check_plan(plan, n, micro):
 
 
 def test_plan_keeps_groups_together_when_prompts_dominate():
-    from rlvr.forward import plan_micro_batches
+    from rlvr.training.forward import plan_micro_batches
 
     # 4 groups of 4; long prompts, short completions of varied length
     prompts = [200 + g for g in range(4) for _ in range(4)]
@@ -100,7 +100,7 @@ def test_plan_keeps_groups_together_when_prompts_dominate():
 
 
 def test_plan_sorts_by_length_when_completion_padding_dominates():
-    from rlvr.forward import plan_micro_batches
+    from rlvr.training.forward import plan_micro_batches
 
     # short prompts; in every group half the completions are short and half are long
     prompts = [3] * 16

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from rlvr import Reply, hookimpl, hookspecs
-from rlvr.plugins import get_plugin_manager, load_registry, reward_signature
-from rlvr.rewards import BoundReward, run_reward
+from rlvr import Reply, hookimpl
+from rlvr.host import hookspecs
+from rlvr.host.registry import get_plugin_manager, load_registry, reward_signature
+from rlvr.rewards.runner import BoundReward, run_reward
 from test_readme import check_recipe, fenced_blocks, recipe_blocks
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "hooks.md"
@@ -188,11 +189,11 @@ def test_every_docs_example_runs(tmp_path):
             run = run_reward(BoundReward(spec), ["What is 6 * 7?"], ["42"], [None], rows)
             assert not run.failed and len(run.values) == 1, (spec.name, run.message(spec.name))
         for spec in registry.environments.values():
-            env = spec.make({"question": "What is 6 * 7?", "answer": "42"})
+            env = spec.fn({"question": "What is 6 * 7?", "answer": "42"})
             assert env.stop and isinstance(env.step("It is 42."), Reply), spec.name
         for spec in registry.tasks.values():
             for split in spec.splits:
-                rows = list(itertools.islice(spec.load(split, data_dir=tmp_path), 3))
+                rows = list(itertools.islice(spec.fn(split, data_dir=tmp_path), 3))
                 assert rows and all(set(spec.columns) <= set(row) for row in rows), (spec.name, split)
 
 

@@ -1,4 +1,4 @@
-"""Importance-sampling correction against the sampler's log-probs (rlvr.losses.importance_weights,
+"""Importance-sampling correction against the sampler's log-probs (rlvr.training.losses.importance_weights,
 the learner's use of it, the mode a run picks)."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.learner import Learner, is_correction_mode
-from rlvr.losses import importance_weights
-from rlvr.recipe import AlgorithmConfig
-from rlvr.rollout import Rollout
-from rlvr.samplers import Completion
+from rlvr.recipe.spec import AlgorithmConfig
+from rlvr.sampling.samplers import Completion
+from rlvr.training.learner import Learner, is_correction_mode
+from rlvr.training.losses import importance_weights
+from rlvr.training.rollout import Rollout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "data"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -120,7 +120,7 @@ def test_truncated_weights_scale_each_tokens_gradient():
     backend = SGDBackend(policy)
     learner = Learner(backend, AlgorithmConfig(), micro_batch_size=ref.MICRO, temperature=1.0, pad_id=ref.PAD,
                       device=torch.device("cpu"), share_prompts=True)
-    from rlvr import learner as learner_module
+    from rlvr.training import learner as learner_module
 
     original = learner_module.rloo_advantages
 

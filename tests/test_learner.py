@@ -1,4 +1,4 @@
-"""The policy update (rlvr.learner) on fixed batches with a tiny model and a plain-torch optimizer
+"""The policy update (rlvr.training.learner) on fixed batches with a tiny model and a plain-torch optimizer
 side: same loss and gradients as the engine before it was split into parts; log-probs at the
 sampling temperature; one learning rate per training step."""
 
@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.learner import Learner, sequence_weights, shape_rewards
-from rlvr.recipe import AlgorithmConfig, LengthPenaltyConfig
-from rlvr.rollout import Rollout
-from rlvr.samplers import Completion
+from rlvr.recipe.spec import AlgorithmConfig, LengthPenaltyConfig
+from rlvr.sampling.samplers import Completion
+from rlvr.training.learner import Learner, sequence_weights, shape_rewards
+from rlvr.training.rollout import Rollout
 
 DATA = Path(__file__).resolve().parent / "data"
 sys.path.insert(0, str(DATA))
@@ -113,7 +113,7 @@ def test_trainer_logprobs_are_the_samplers_at_the_sampling_temperature(tiny_mode
     log-probs the sampler drew them with (transformers' processed scores)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from rlvr.samplers import HFSampler
+    from rlvr.sampling.samplers import HFSampler
 
     tokenizer = AutoTokenizer.from_pretrained(tiny_model)
     model = AutoModelForCausalLM.from_pretrained(tiny_model)

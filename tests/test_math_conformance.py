@@ -35,11 +35,11 @@ pytestmark = pytest.mark.slow  # ~15 s: runs in `make test`, not in `pytest -m "
 
 ROOT = Path(__file__).resolve().parents[1]
 try:
-    from rlvr_plugins import math_reward as mr
+    import rlvr_plugins.math as mr
 except ImportError:  # not installed yet: use the source tree
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from plugins import math_reward as mr
+    import plugins.math as mr
 
 SUITE_VERSION = "0.9.0"
 SUITE_ENV = "RLVR_MATH_VERIFY_SUITE"

@@ -17,11 +17,13 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 try:
-    from rlvr_plugins import math_reward as mr
+    import rlvr_plugins.math as mr
+    from rlvr_plugins.math import compare, normalise, parse, rounding
 except ImportError:  # not installed yet: use the source tree
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from plugins import math_reward as mr
+    import plugins.math as mr
+    from plugins.math import compare, normalise, parse, rounding
 
 from rlvr import RlvrError, Score  # noqa: E402
 from rlvr.kit.workers import Result  # noqa: E402
@@ -521,14 +523,14 @@ def test_issue_categories_through_the_reward_in_auto_mode():
 
 
 def test_normalisation_of_the_issue_categories():
-    assert mr._mixed_number("4 4/9") == "\\frac{40}{9}"
-    assert mr._mixed_number("-2 \\frac{1}{3}") == "-\\frac{7}{3}"
-    assert mr._mixed_number("2 3") == "2 3" and mr._mixed_number("2 4/3") == "2 4/3"
-    assert mr._mixed_number("4 0/9") == "4 0/9"
-    assert mr._strip_trailing_noise("5\\\\") == "5"
-    assert mr._strip_trailing_noise("12\\, \\quad ~") == "12"
-    assert mr._strip_trailing_noise("1\\\\2") == "1\\\\2"
-    assert mr._strip_trailing_noise(" " * 50_000 + "x") == " " * 50_000 + "x"  # linear, no regex backtracking
+    assert normalise._mixed_number("4 4/9") == "\\frac{40}{9}"
+    assert normalise._mixed_number("-2 \\frac{1}{3}") == "-\\frac{7}{3}"
+    assert normalise._mixed_number("2 3") == "2 3" and normalise._mixed_number("2 4/3") == "2 4/3"
+    assert normalise._mixed_number("4 0/9") == "4 0/9"
+    assert normalise._strip_trailing_noise("5\\\\") == "5"
+    assert normalise._strip_trailing_noise("12\\, \\quad ~") == "12"
+    assert normalise._strip_trailing_noise("1\\\\2") == "1\\\\2"
+    assert normalise._strip_trailing_noise(" " * 50_000 + "x") == " " * 50_000 + "x"  # linear, no regex backtracking
     assert mr.normalize_answer("3\\text{ cm}, 5\\text{ cm}") == "3, 5"
     assert mr.normalize_answer("1,000 \\text{ cm}") == "1,000"  # a thousands comma is no list
     assert mr.normalize_answer("500 + 500 = 1,000") == "1,000"
@@ -538,69 +540,69 @@ def test_numbers_close_reads_decimals_as_roundings():
     from fractions import Fraction as F
 
     def num(text):
-        return mr._plain_number(text)
+        return rounding._plain_number(text)
 
-    assert mr._numbers_close(num("\\frac{1}{3}"), num("0.333333"))
-    assert mr._numbers_close(num("0.333333"), num("\\frac{1}{3}"))
-    assert mr._numbers_close(num("\\frac{1}{3}"), num("0.33333"))  # 5 digits, 1e-5 relative
-    assert mr._numbers_close(num("\\frac{1}{3}"), num("0.3333"))  # 4 digits, exactly 1e-4 relative
-    assert not mr._numbers_close(num("\\frac{1}{3}"), num("0.333"))  # 3 digits: exact
-    assert not mr._numbers_close(num("0.1"), num("0.1000004"))  # one digit: exact
-    assert mr._numbers_close(num("1234567.46"), num("1234567.5"))  # the coarser rounds the finer
-    assert not mr._numbers_close(num("1234567.44"), num("1234567.5"))
-    assert not mr._numbers_close(num("12"), num("12.0000006"))
-    assert mr._numbers_close(num("12"), num("12.0000001"))  # one unit in the last place, 2e-6 relative
-    assert mr._numbers_close((F(2), None), (F(2), (1, 2)))
-    assert mr._decimal_digits("0.014286") == (6, 5) and mr._decimal_digits("1,234.50") == (2, 6)
+    assert rounding._numbers_close(num("\\frac{1}{3}"), num("0.333333"))
+    assert rounding._numbers_close(num("0.333333"), num("\\frac{1}{3}"))
+    assert rounding._numbers_close(num("\\frac{1}{3}"), num("0.33333"))  # 5 digits, 1e-5 relative
+    assert rounding._numbers_close(num("\\frac{1}{3}"), num("0.3333"))  # 4 digits, exactly 1e-4 relative
+    assert not rounding._numbers_close(num("\\frac{1}{3}"), num("0.333"))  # 3 digits: exact
+    assert not rounding._numbers_close(num("0.1"), num("0.1000004"))  # one digit: exact
+    assert rounding._numbers_close(num("1234567.46"), num("1234567.5"))  # the coarser rounds the finer
+    assert not rounding._numbers_close(num("1234567.44"), num("1234567.5"))
+    assert not rounding._numbers_close(num("12"), num("12.0000006"))
+    assert rounding._numbers_close(num("12"), num("12.0000001"))  # one unit in the last place, 2e-6 relative
+    assert rounding._numbers_close((F(2), None), (F(2), (1, 2)))
+    assert rounding._decimal_digits("0.014286") == (6, 5) and rounding._decimal_digits("1,234.50") == (2, 6)
 
 
 def test_decimal_rounds():
     from fractions import Fraction as F
 
     third = F(1, 3)
-    assert mr._decimal_rounds(F("0.3333"), 4, 4, third)
-    assert not mr._decimal_rounds(F("0.3334"), 4, 4, third)  # not the rounding
-    assert not mr._decimal_rounds(F("0.333"), 3, 3, third)  # too few digits
-    assert not mr._decimal_rounds(F("0.1429"), 4, 4, F(1, 7))  # the rounding, 3e-4 relative
-    assert mr._decimal_rounds(F("1234.4"), 1, 5, F("1234.45"))  # a tie: half even
-    assert mr._decimal_rounds(F("1234.5"), 1, 5, F("1234.45"))  # a tie: half up
-    assert not mr._decimal_rounds(F("1234.6"), 1, 5, F("1234.45"))
-    assert mr._decimal_rounds(F("0.666666"), 6, 6, F(2, 3))  # truncated: 1 unit, 1e-6 relative
-    assert not mr._decimal_rounds(F("0.666666"), 6, 6, F(2, 3), truncated=False)
-    assert not mr._decimal_rounds(F("0.6666"), 4, 4, F(2, 3))  # truncated at 4 digits: 0.6667 rounds
-    assert not mr._decimal_rounds(F("2.0001"), 4, 5, F(2))
-    assert not mr._decimal_rounds(F("1234567.1"), 1, 8, F(1234567))  # one unit off, not a truncation
-    assert mr._decimal_rounds(F("12.0000001"), 7, 9, F(12))  # past math-verify's 6 places
-    assert mr._decimal_rounds(F("-0.666666"), 6, 6, F(-2, 3))  # truncated toward zero
+    assert rounding._decimal_rounds(F("0.3333"), 4, 4, third)
+    assert not rounding._decimal_rounds(F("0.3334"), 4, 4, third)  # not the rounding
+    assert not rounding._decimal_rounds(F("0.333"), 3, 3, third)  # too few digits
+    assert not rounding._decimal_rounds(F("0.1429"), 4, 4, F(1, 7))  # the rounding, 3e-4 relative
+    assert rounding._decimal_rounds(F("1234.4"), 1, 5, F("1234.45"))  # a tie: half even
+    assert rounding._decimal_rounds(F("1234.5"), 1, 5, F("1234.45"))  # a tie: half up
+    assert not rounding._decimal_rounds(F("1234.6"), 1, 5, F("1234.45"))
+    assert rounding._decimal_rounds(F("0.666666"), 6, 6, F(2, 3))  # truncated: 1 unit, 1e-6 relative
+    assert not rounding._decimal_rounds(F("0.666666"), 6, 6, F(2, 3), truncated=False)
+    assert not rounding._decimal_rounds(F("0.6666"), 4, 4, F(2, 3))  # truncated at 4 digits: 0.6667 rounds
+    assert not rounding._decimal_rounds(F("2.0001"), 4, 5, F(2))
+    assert not rounding._decimal_rounds(F("1234567.1"), 1, 8, F(1234567))  # one unit off, not a truncation
+    assert rounding._decimal_rounds(F("12.0000001"), 7, 9, F(12))  # past math-verify's 6 places
+    assert rounding._decimal_rounds(F("-0.666666"), 6, 6, F(-2, 3))  # truncated toward zero
 
 
 def test_literal_decimals_in_sympy_expressions():
-    if not mr._MV:
-        mr._init_worker()
-    sp = mr._MV["sympy"]
+    if not parse._MV:
+        parse._init_worker()
+    sp = parse._MV["sympy"]
     from fractions import Fraction as F
 
-    assert mr._literal_decimal(sp.Float("2.6667")) == (F("2.6667"), (4, 5))
-    assert mr._literal_decimal(sp.Float("-3.141593")) == (F("-3.141593"), (6, 7))
-    assert mr._literal_decimal(sp.Float("0.0000012")) == (F("0.0000012"), (7, 2))
-    assert mr._literal_decimal(sp.Integer(2) * sp.pi) is None
-    value, decimal = mr._as_plain(sp.pi, sp.pi)
+    assert compare._literal_decimal(sp.Float("2.6667")) == (F("2.6667"), (4, 5))
+    assert compare._literal_decimal(sp.Float("-3.141593")) == (F("-3.141593"), (6, 7))
+    assert compare._literal_decimal(sp.Float("0.0000012")) == (F("0.0000012"), (7, 2))
+    assert compare._literal_decimal(sp.Integer(2) * sp.pi) is None
+    value, decimal = compare._as_plain(sp.pi, sp.pi)
     assert decimal is None and abs(value - F("3.14159265358979323846264338327950288")) < F(1, 10**35)
-    assert mr._as_plain(sp.I, sp.I) is None  # not real
-    assert mr._numbers_equal(sp.pi, sp.Float("3.1416")) is True
-    assert mr._numbers_equal(sp.pi, sp.Float("3.1415")) is False
+    assert compare._as_plain(sp.I, sp.I) is None  # not real
+    assert compare._numbers_equal(sp.pi, sp.Float("3.1416")) is True
+    assert compare._numbers_equal(sp.pi, sp.Float("3.1415")) is False
 
 
 def test_letter_units():
-    assert mr._strip_letter_units(r"3\text{ m}, 5\text{ m}") == "3, 5"
-    assert mr._strip_letter_units(r"5 \text{g}^2") == "5"
-    assert mr._strip_letter_units(r"3\text{ e}") == r"3\text{ e}"
-    assert mr._strip_letter_units(r"x\text{ m}") == r"x\text{ m}"  # after a variable: not a unit of a number
-    assert mr._strip_letter_units(r"2\text{ m} + 1") == r"2\text{ m} + 1"  # not at an item's end
-    assert mr._strip_letter_units(r"\frac{2\text{ m}, 3}{4}") == r"\frac{2\text{ m}, 3}{4}"  # inside braces
+    assert normalise._strip_letter_units(r"3\text{ m}, 5\text{ m}") == "3, 5"
+    assert normalise._strip_letter_units(r"5 \text{g}^2") == "5"
+    assert normalise._strip_letter_units(r"3\text{ e}") == r"3\text{ e}"
+    assert normalise._strip_letter_units(r"x\text{ m}") == r"x\text{ m}"  # after a variable: not a unit of a number
+    assert normalise._strip_letter_units(r"2\text{ m} + 1") == r"2\text{ m} + 1"  # not at an item's end
+    assert normalise._strip_letter_units(r"\frac{2\text{ m}, 3}{4}") == r"\frac{2\text{ m}, 3}{4}"  # inside braces
     assert mr.normalize_answer("2m") == "2m"
     many = "{" + r"1\text{ m}, " * 20_000 + "}"
-    assert mr._strip_letter_units(many) == many  # bounded work
+    assert normalise._strip_letter_units(many) == many  # bounded work
 
 
 def test_boxes_joined_into_one_answer():
@@ -747,6 +749,27 @@ def test_hard_timeout_and_checker_error_become_scores(monkeypatch):
     assert failed.value is None and "boom" in failed.info["why"]
 
 
+def test_soft_limit_is_not_swallowed_by_except_exception():
+    """The worker's soft limit raises a BaseException: a checker's own `except Exception` (sympy,
+    math-verify, a third-party scorer) cannot turn it into a verdict or carry on past it."""
+    import signal
+
+    from rlvr.kit import SoftTimeout, soft_limit
+
+    before, caught = signal.getsignal(signal.SIGALRM), []
+    t0 = time.monotonic()
+    with pytest.raises(SoftTimeout):
+        with soft_limit(0.05):
+            while time.monotonic() - t0 < 5:
+                try:
+                    time.sleep(0.01)
+                except Exception as exc:  # noqa: BLE001 - what checkers do
+                    caught.append(exc)
+    assert time.monotonic() - t0 < 1.0 and not caught
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    assert signal.getsignal(signal.SIGALRM) == before  # the handler back, the timer off
+
+
 def test_concurrent_calls_from_threads():
     out = {}
 
@@ -773,9 +796,9 @@ def test_import_is_light():
         import sys, threading
         sys.path.insert(0, {str(ROOT)!r})
         try:
-            import rlvr_plugins.math_reward
+            import rlvr_plugins.math
         except ImportError:
-            import plugins.math_reward
+            import plugins.math
         heavy = [m for m in sys.modules if m.split(".")[0] in ("sympy", "math_verify", "latex2sympy2_extended", "multiprocessing", "torch")]
         assert not heavy, heavy
         assert threading.active_count() == 1

@@ -10,14 +10,15 @@ from types import SimpleNamespace
 import pytest
 
 from rlvr import RlvrError
-from rlvr.metrics import reduce_sums, rollout_sums, step_line, step_row
-from rlvr.plugins import RewardSpec
-from rlvr.policy import deepspeed_config, effective_zero_stage, lr_multiplier
-from rlvr.prompts import Prompt, fit_prompts, pad_batch
-from rlvr.recipe import DynamicSamplingConfig, SamplingConfig, TrainerConfig
-from rlvr.rewards import BoundReward
-from rlvr.rollout import PromptStream, Rollout, RolloutProducer, zero_variance
-from rlvr.samplers import Completion, context_length
+from rlvr.host.registry import RewardSpec
+from rlvr.models.tokens import pad_batch
+from rlvr.recipe.spec import DynamicSamplingConfig, SamplingConfig, TrainerConfig
+from rlvr.rewards.runner import BoundReward
+from rlvr.runs.metrics import add_sums, reduce_sums, rollout_sums, step_line, step_row
+from rlvr.sampling.prompts import Prompt, fit_prompts
+from rlvr.sampling.samplers import Completion, context_length
+from rlvr.training.policy import deepspeed_config, effective_zero_stage, lr_multiplier
+from rlvr.training.rollout import PromptStream, Rollout, RolloutProducer, zero_variance
 
 
 # ---------------------------------------------------------------------------- prompt stream
@@ -130,7 +131,13 @@ def test_a_raising_reward_is_counted_not_fatal():
 
 # ---------------------------------------------------------------------------- metrics
 def test_reduce_sums_without_ranks_is_identity():
-    assert reduce_sums({"a": 1.5, "b": 2}, maxima=["b"]) == {"a": 1.5, "b": 2}
+    assert reduce_sums({"a": 1.5, "b_max": 2}) == {"a": 1.5, "b_max": 2}
+
+
+def test_add_sums_adds_and_keeps_the_largest_maximum():
+    assert add_sums(None, {"a": 1.0, "len_max": 3.0}) == {"a": 1.0, "len_max": 3.0}
+    assert add_sums({"a": 1.0, "len_max": 3.0}, {"a": 2.0, "len_max": 2.0, "b": 1.0}) == \
+        {"a": 3.0, "len_max": 3.0, "b": 1.0}
 
 
 def test_step_row_from_sums():
@@ -201,36 +208,10 @@ def test_context_length_is_longest_prompt_plus_new_tokens():
         context_length(1900, 256, 2048)
 
 
-# ---------------------------------------------------------------------------- layout
-def test_no_import_cycles_inside_rlvr():
-    """Modules import each other one way (function-level imports included)."""
-    import ast
-    from pathlib import Path
-
-    package = Path(__file__).resolve().parents[1] / "rlvr"
-    deps = {}
-    for path in package.glob("*.py"):
-        found = set()
-        for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-                found.add(node.module.split(".")[0])
-            elif isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rlvr."):
-                found.add(node.module.split(".")[1])
-        deps[path.stem] = found
-
-    def visit(module, trail):
-        for dep in deps.get(module, ()):
-            assert dep not in trail, f"import cycle: {' -> '.join(trail + [dep])}"
-            visit(dep, trail + [dep])
-
-    for module in deps:
-        visit(module, [module])
-    assert "engine" not in deps["evaluate"] and "engine" not in deps["rollout"]
-
-
+# ---------------------------------------------------------------------------- layout (more in test_layout.py)
 def test_train_is_a_screen_long():
     import inspect
 
-    from rlvr.engine import train
+    from rlvr.training.engine import train
 
     assert len(inspect.getsource(train).splitlines()) <= 120

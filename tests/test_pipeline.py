@@ -1,4 +1,4 @@
-"""rlvr.rollout.Pipeline: synchronous, or one step ahead on the sampler's own weights; syncs never
+"""rlvr.training.rollout.Pipeline: synchronous, or one step ahead on the sampler's own weights; syncs never
 overlap a generation; no rollout older than allowed; resume positions per rollout."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from rlvr.rollout import Pipeline, Rollout
+from rlvr.training.rollout import Pipeline, Rollout
 
 
 class FakeWorld:

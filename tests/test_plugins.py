@@ -6,8 +6,9 @@ from pathlib import Path
 import pluggy
 import pytest
 
-from rlvr import RlvrError, Score, hookimpl, hookspecs
-from rlvr.plugins import get_plugin_manager, load_registry
+from rlvr import RlvrError, Score, hookimpl
+from rlvr.host import hookspecs
+from rlvr.host.registry import get_plugin_manager, load_registry
 
 
 def manager_with(*plugins):
@@ -66,7 +67,7 @@ def test_hook_rlvr_register_tasks():
     registry = load_registry(manager_with(TaskPlugin()))
     spec = registry.task("toy")
     assert spec.columns == ("q", "answer") and spec.description == "a toy"
-    assert len(list(spec.load("train", data_dir=None))) == 3
+    assert len(list(spec.fn("train", data_dir=None))) == 3
 
 
 class EnvPlugin:
@@ -96,7 +97,7 @@ def test_hook_rlvr_register_environments():
     registry = load_registry(manager_with(EnvPlugin()))
     spec = registry.environment("echo")
     assert (spec.plugin, spec.description) == ("p0", "Echoes the policy's turn in capitals.")
-    env = spec.make({"q": "1"}, times=1)
+    env = spec.fn({"q": "1"}, times=1)
     assert env.step("ab") == __import__("rlvr").Reply("AB", done=True)
     with pytest.raises(RlvrError, match="unknown environment 'ecko'.*did you mean 'echo'"):
         registry.environment("ecko")
@@ -183,7 +184,7 @@ def test_arithmetic_test_split_is_held_out():
 
 
 def test_sampler_dtype_follows_hardware(tmp_path, monkeypatch):
-    from rlvr.samplers import cpu_has_bf16, sampler_dtype
+    from rlvr.sampling.samplers import cpu_has_bf16, sampler_dtype
 
     plain, amx = tmp_path / "plain", tmp_path / "amx"
     plain.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_vnni\n")
@@ -293,7 +294,7 @@ def test_pydantic_field_as_a_default_is_refused_at_registration():
 
 
 def test_unannotated_options_keep_the_kind_of_their_default():
-    from rlvr.plugins import RewardSpec, reward_signature
+    from rlvr.host.registry import RewardSpec, reward_signature
 
     def loose(prompts, completions, completion_ids, *, strip=True, threshold=1, name="x", tags=()):
         return [1.0] * len(completions)
@@ -310,7 +311,7 @@ def test_unannotated_options_keep_the_kind_of_their_default():
 def test_options_named_like_model_attributes_and_enum_choices():
     import enum
 
-    from rlvr.plugins import RewardSpec, reward_signature
+    from rlvr.host.registry import RewardSpec, reward_signature
 
     class Level(enum.Enum):
         LOW = "low"

@@ -13,10 +13,11 @@ import time
 import pytest
 from rlvr_plugins import python_env as pe
 from rlvr_plugins import sandbox as sb
+from rlvr_plugins.sandbox import pool as sb_pool
 
 from rlvr import Reply, RlvrError
-from rlvr.options import option_checker
-from rlvr.plugins import load_registry
+from rlvr.host.options import option_checker
+from rlvr.host.registry import load_registry
 from test_sandbox import (  # noqa: F401 - box is a fixture: a started two-worker bwrap pool with its baseline
     FLOOD_WRITERS,
     FORK_BOMB,
@@ -67,7 +68,7 @@ def cut_at_stop(generation: str) -> str:
 
 def test_registered_from_its_entry_point():
     spec = load_registry().environment("python")
-    assert spec.make is pe.make_python_env and spec.plugin == "python_env"
+    assert spec.fn is pe.make_python_env and spec.plugin == "python_env"
 
 
 def test_options_are_checked_from_their_annotations():
@@ -190,13 +191,13 @@ def test_replay_budget_and_limits(monkeypatch):
 @pytest.fixture(scope="module")
 def tool_box(box):  # noqa: F811 - test_sandbox's fixture
     """test_sandbox's pool, as the process-wide one the environment uses."""
-    before = sb._SHARED.get("bwrap")
-    sb._SHARED["bwrap"] = box
+    before = sb_pool._SHARED.get("bwrap")
+    sb_pool._SHARED["bwrap"] = box
     yield box
     if before is None:
-        sb._SHARED.pop("bwrap", None)
+        sb_pool._SHARED.pop("bwrap", None)
     else:
-        sb._SHARED["bwrap"] = before
+        sb_pool._SHARED["bwrap"] = before
 
 
 @pytest.mark.slow

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlvr.plugins import load_registry
-from rlvr.recipe import load_recipe, resolve
+from rlvr.host.registry import load_registry
+from rlvr.recipe.load import load_recipe
+from rlvr.recipe.resolve import resolve
 
 ROOT = Path(__file__).resolve().parents[1]
 FENCED = re.compile(r"^```(\w+)\n(.*?)^```", re.M | re.S)
@@ -88,7 +89,7 @@ def test_readme_reward_checks_its_options_as_the_readme_says():
     import types
 
     from rlvr import RlvrError
-    from rlvr.plugins import get_plugin_manager
+    from rlvr.host.registry import get_plugin_manager
 
     source, _ = readme_plugin()
     module = types.ModuleType("rlvr_exact")

@@ -5,9 +5,10 @@ from pathlib import Path
 import pytest
 
 from rlvr import RlvrError
-from rlvr.plugins import load_registry
-from rlvr.recipe import load_recipe, resolve
-from rlvr.template import fields, render
+from rlvr.host.registry import load_registry
+from rlvr.recipe.load import load_recipe
+from rlvr.recipe.resolve import resolve
+from rlvr.recipe.template import fields, render
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted((ROOT / "tasks").glob("*.yaml"))
@@ -266,20 +267,21 @@ def test_profile_errors_name_the_profile(tmp_path):
 
 
 def test_a_loader_that_raises_is_one_line_naming_task_and_split(tmp_path):
-    from rlvr.plugins import TaskSpec
-    from rlvr.recipe import TaskRef, task_rows
+    from rlvr.host.registry import TaskSpec
+    from rlvr.recipe.resolve import task_rows
+    from rlvr.recipe.spec import TaskRef
 
     def load(split, *, data_dir, n: int = 2):
         yield {"question": "q", "answer": "a"}
         raise KeyError("answer\nmissing")
 
-    task = TaskSpec("flaky", load, ("question", "answer"), "", "flakyplug", "0", ("train",))
+    task = TaskSpec("flaky", load, "", "flakyplug", "0", ("question", "answer"), ("train",))
     rows = task_rows(task, TaskRef(name="flaky"), "train", tmp_path)
     assert next(rows) == {"question": "q", "answer": "a"}
     with pytest.raises(RlvrError) as err:
         next(rows)
     assert str(err.value) == "task 'flaky' (plugin 'flakyplug') split 'train': loading failed: KeyError: 'answer\\nmissing'"
-    not_rows = TaskSpec("lists", lambda split, *, data_dir: iter([[1, 2]]), ("q",), "", "p", "0", ("train",))
+    not_rows = TaskSpec("lists", lambda split, *, data_dir: iter([[1, 2]]), "", "p", "0", ("q",), ("train",))
     with pytest.raises(RlvrError, match="row 1 is a list, not a mapping of columns"):
         list(task_rows(not_rows, TaskRef(name="lists"), "train", tmp_path))
 
@@ -297,8 +299,8 @@ def test_rewards_declare_their_gold(tmp_path, registry):
 
 
 def test_a_gold_declaration_must_name_a_column():
-    from rlvr.plugins import get_plugin_manager, load_registry
     from rlvr import hookimpl
+    from rlvr.host.registry import get_plugin_manager, load_registry
 
     class Plugin:
         @hookimpl
@@ -323,7 +325,7 @@ def test_task_options_are_checked_from_the_loader_signature(tmp_path, registry, 
 
 
 def test_task_options_are_converted_before_loading(tmp_path, registry):
-    from rlvr.recipe import load_rows
+    from rlvr.recipe.resolve import load_rows
 
     recipe = load_recipe(write(tmp_path, BASE), ["task.options.size=1e2"])
     resolve(recipe, registry)

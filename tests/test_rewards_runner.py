@@ -7,8 +7,8 @@ import logging
 import pytest
 
 from rlvr import RlvrError, Score
-from rlvr.plugins import RewardSpec, reward_signature
-from rlvr.rewards import BoundReward, score_batch
+from rlvr.host.registry import RewardSpec, reward_signature
+from rlvr.rewards.runner import BoundReward, score_batch
 
 
 def bound(fn, name, weight=1.0, **options):
@@ -157,7 +157,7 @@ def test_options_are_checked_when_bound():
 def test_mixed_humaneval_mbpp_and_stdin_records_score_each_by_its_kind():
     """The real code reward in the real sandbox: one batch, three kinds of record, each scored
     by its own tests (MBPP's test_setup_code reaches its record although the others have none)."""
-    from rlvr.plugins import load_registry
+    from rlvr.host.registry import load_registry
 
     code = load_registry().reward("code")
     he_prompt = 'def add(a, b):\n    """Add."""\n'

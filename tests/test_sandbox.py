@@ -20,6 +20,7 @@ import pytest
 
 pytestmark = pytest.mark.slow  # starts real sandbox pools (bwrap workers)
 from rlvr_plugins import sandbox as sb
+from rlvr_plugins.sandbox import launch as sb_launch
 
 from conftest import wait_until
 from rlvr import RlvrError
@@ -660,7 +661,7 @@ def test_unknown_isolation_is_refused():
 
 def test_broken_sandbox_fails_closed(monkeypatch):
     """bwrap present but unable to build the sandbox: an error, never unsandboxed code."""
-    monkeypatch.setattr(sb, "_bind_args", lambda: ["--ro-bind", "/nonexistent-rlvr", "/usr"])
+    monkeypatch.setattr(sb_launch, "bind_args", lambda: ["--ro-bind", "/nonexistent-rlvr", "/usr"])
     sandbox = sb.Sandbox("bwrap", workers=1)
     try:
         with pytest.raises(RlvrError) as err:

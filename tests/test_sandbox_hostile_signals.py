@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 from rlvr_plugins import python_env as pe
 from rlvr_plugins import sandbox as sb
+from rlvr_plugins.sandbox import pool as sb_pool
 from test_python_env import body, cell, run_hostile
 from test_sandbox import (  # noqa: F401 - box is a fixture: a started two-worker bwrap pool
     CORRECT,
@@ -328,7 +329,7 @@ def test_graded_failure_messages_are_escaped(box):  # noqa: F811
 
 
 def test_process_isolation_logs_one_warning(caplog):
-    sb._warn_weak_isolation.cache_clear()
+    sb_pool._warn_weak_isolation.cache_clear()
     with caplog.at_level(logging.WARNING, logger="rlvr.sandbox"):
         for _ in range(3):
             sb.Sandbox("process", workers=1).close()  # no worker starts: choosing the level is enough
@@ -340,7 +341,7 @@ def test_process_isolation_logs_one_warning(caplog):
 
 
 def test_process_isolation_warning_says_what_is_open_for_each_setup():
-    as_root = sb._process_isolation_warning(True, True)
+    as_root = sb_pool._process_isolation_warning(True, True)
     assert "its worker only" in as_root and "killed after each run" in as_root
-    not_root = sb._process_isolation_warning(False, False)
+    not_root = sb_pool._process_isolation_warning(False, False)
     assert "this trainer included" in not_root and "can outlive the run" in not_root

@@ -1,5 +1,5 @@
-"""Server mode: vLLM in a process of its own, weights by collective broadcast (rlvr.server,
-rlvr.weight_sync). Tiny random-init model on CPU."""
+"""Server mode: vLLM in a process of its own, weights by collective broadcast (rlvr.sampling.server,
+rlvr.sampling.weight_sync). Tiny random-init model on CPU."""
 
 import os
 import signal
@@ -12,7 +12,7 @@ from conftest import RLVR, wait_until
 from test_engine import (  # noqa: F401 - test_plugin is a fixture
     assert_sampler_holds_trainer_weights, make_run, rows, test_plugin, train_two_ranks, train_two_steps)
 
-from rlvr.sampler_auth import ROUTES, SECRET_ENV, auth_headers
+from rlvr.sampling.auth import ROUTES, SECRET_ENV, auth_headers
 
 pytestmark = pytest.mark.slow  # every test here starts vLLM
 
@@ -147,7 +147,7 @@ def hand_started(tmp_path_factory, tiny_model, test_plugin):
     name it in sampling.server.urls (each vLLM start costs about half a minute)."""
     import requests
 
-    from rlvr.weight_sync import free_port
+    from rlvr.sampling.weight_sync import free_port
 
     root = tmp_path_factory.mktemp("hand")
     recipe, env = make_run(root, tiny_model, test_plugin, backend="vllm")
@@ -259,8 +259,8 @@ def test_a_second_process_cannot_push_weights(hand_started, tiny_model):
     import torch
 
     from rlvr import RlvrError
-    from rlvr.server import SamplerHTTP
-    from rlvr.weight_sync import Broadcaster
+    from rlvr.sampling.server import SamplerHTTP
+    from rlvr.sampling.weight_sync import Broadcaster
 
     sampler, urls = hand_started
     url = urls.split("[", 1)[1].rstrip("]")

@@ -1,6 +1,6 @@
 """Server mode's settings and process set-up, without starting vLLM: the recipe's
 ``sampling.server``/``sampling.mode`` checks, the sampler's command line and environment
-(``rlvr.server.server_command``/``server_env``) and the line a failed sampler's log gives."""
+(``rlvr.sampling.server.server_command``/``server_env``) and the line a failed sampler's log gives."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from rlvr import RlvrError
-from rlvr.recipe import load_recipe
-from rlvr.samplers import sampler_dtype
-from rlvr.server import _last_error, server_command, server_env
-from rlvr.weight_sync import BACKEND
+from rlvr.recipe.load import load_recipe
+from rlvr.sampling.samplers import sampler_dtype
+from rlvr.sampling.server import _last_error, server_command, server_env
+from rlvr.sampling.weight_sync import BACKEND
 from test_recipe import BASE  # the smallest valid recipe
 
 
@@ -241,7 +241,7 @@ def sampler_recipe(tmp_path, served_model, monkeypatch):
 def rlvr(*args):
     from click.testing import CliRunner
 
-    from rlvr.cli import cli
+    from rlvr.cli.main import cli
 
     return CliRunner().invoke(cli, [str(a) for a in args])
 
@@ -255,9 +255,9 @@ def tokenizer(folder: str):
 
 def longest_prompt(recipe_path, split: str) -> int:
     """The longest rendered prompt of a split, measured here from the rows themselves."""
-    from rlvr.plugins import load_registry
-    from rlvr.prompts import render_prompt
-    from rlvr.recipe import load_rows
+    from rlvr.host.registry import load_registry
+    from rlvr.recipe.resolve import load_rows
+    from rlvr.sampling.prompts import render_prompt
 
     recipe = load_recipe(recipe_path)
     ref, name, prompt = ((recipe.task, "train", recipe.prompt) if split == "train"
@@ -387,7 +387,7 @@ def test_sampler_takes_its_secret_from_a_file_and_never_prints_it(sampler_recipe
     assert result.exit_code == 0, result.stderr
     [(args, env)] = execed
     assert env["RLVR_SAMPLER_SECRET"] == SECRET and option(args, "--host") == "0.0.0.0"
-    assert option(args, "--middleware") == "rlvr.sampler_auth.SamplerGuard"
+    assert option(args, "--middleware") == "rlvr.sampling.auth.SamplerGuard"
     assert f"http://{socket.gethostname()}:8000" in result.stderr and SECRET not in result.stderr
     # --print-command leaves the secret to the shell that runs the line (neither set nor unset)
     monkeypatch.setenv("RLVR_SAMPLER_SECRET", SECRET)
@@ -428,7 +428,7 @@ def test_train_against_running_samplers_without_their_secret_is_one_line(sampler
 
 
 def test_the_secret_comes_from_the_environment_or_a_file_it_names(monkeypatch, tmp_path):
-    from rlvr.sampler_auth import given_secret
+    from rlvr.sampling.auth import given_secret
 
     monkeypatch.delenv("RLVR_SAMPLER_SECRET", raising=False)
     monkeypatch.delenv("RLVR_SAMPLER_SECRET_FILE", raising=False)
@@ -446,7 +446,7 @@ def test_the_secret_comes_from_the_environment_or_a_file_it_names(monkeypatch, t
 def _through_guard(secret, method, path, headers=(), environ_secret=None, root_path=""):
     import asyncio
 
-    from rlvr.sampler_auth import SamplerGuard
+    from rlvr.sampling.auth import SamplerGuard
 
     reached, sent = [], []
 
@@ -468,7 +468,7 @@ def _through_guard(secret, method, path, headers=(), environ_secret=None, root_p
 
 
 def test_the_guard_refuses_without_the_secret_and_passes_only_rlvrs_routes():
-    from rlvr.sampler_auth import ROUTES, auth_headers
+    from rlvr.sampling.auth import ROUTES, auth_headers
 
     secret = "x" * 20
     good = list(auth_headers(secret).items())
@@ -487,7 +487,7 @@ def test_the_guard_refuses_without_the_secret_and_passes_only_rlvrs_routes():
 
 @pytest.mark.parametrize("secret", ["", "short", None])
 def test_a_guard_without_a_good_secret_refuses_everything(monkeypatch, secret, capsys):
-    from rlvr.sampler_auth import auth_headers
+    from rlvr.sampling.auth import auth_headers
 
     monkeypatch.delenv("RLVR_SAMPLER_SECRET", raising=False)
     for attempt in ("", "short", "anything-at-all-0123"):
@@ -546,7 +546,7 @@ def test_sampler_missing_recipe_is_one_line(tmp_path):
 def test_sampler_help_does_not_import_torch():
     import subprocess
 
-    code = ("import sys\nfrom rlvr.cli import cli\ntry:\n    cli(['sampler', '--help'], standalone_mode=False)\n"
+    code = ("import sys\nfrom rlvr.cli.main import cli\ntry:\n    cli(['sampler', '--help'], standalone_mode=False)\n"
             "except SystemExit:\n    pass\nassert 'torch' not in sys.modules and 'transformers' not in sys.modules\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
@@ -593,8 +593,8 @@ def test_a_sampler_that_dies_or_hangs_is_named_in_one_line(tmp_path, fault):
     import signal
     import time
 
-    from rlvr.server import SamplerProcess, ServerSampler
-    from rlvr.weight_sync import free_port
+    from rlvr.sampling.server import SamplerProcess, ServerSampler
+    from rlvr.sampling.weight_sync import free_port
 
     port = free_port()
     script = tmp_path / "fake_server.py"

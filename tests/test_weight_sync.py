@@ -1,4 +1,4 @@
-"""rlvr.weight_sync without vLLM: packing tensors into flat buckets, the gloo group between
+"""rlvr.sampling.weight_sync without vLLM: packing tensors into flat buckets, the gloo group between
 processes, and ``Broadcaster`` end to end against fake samplers whose workers are threads that
 receive the way ``RlvrWeightTransferEngine.receive_weights`` does."""
 
@@ -16,18 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.weight_sync import (
-    ALIGN,
-    Broadcaster,
-    TensorMeta,
-    broadcast,
-    bucket_size,
-    buckets,
-    listen,
-    open_group,
-    pack,
-    unpack,
-)
+from rlvr.sampling.weight_sync import ALIGN, Broadcaster, TensorMeta, broadcast, bucket_size, buckets, listen, open_group, pack, unpack
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
@@ -143,7 +132,7 @@ def test_buckets_read_the_weights_lazily():
 
 RECEIVER = textwrap.dedent("""
     import json, sys, torch
-    from rlvr.weight_sync import TensorMeta, broadcast, bucket_size, open_group, unpack
+    from rlvr.sampling.weight_sync import TensorMeta, broadcast, bucket_size, open_group, unpack
 
     port, spec, out = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
     group, store = open_group("127.0.0.1", port, 1, 2, 20.0, torch.device("cpu"))
@@ -285,7 +274,7 @@ def test_zero3_gather_groups_are_the_broadcast_buckets():
     (ds_numel), alignment padding counted."""
     import torch
 
-    from rlvr.weight_sync import buckets
+    from rlvr.sampling.weight_sync import buckets
 
     params = []
     for i, numel in enumerate([10, 20, 30, 100, 5]):

@@ -6,23 +6,33 @@ same (``tests/test_layout.py`` fails when one imports a private module). What is
 
 - text: ``completion_text`` (a completion's plain text, string or chat), ``one_line``
   (an error message on one line);
+- boxed answers: ``boxes`` (the span of every ``\\boxed{}``, in one pass), ``box_at``,
+  ``last_boxed`` (the last box's content), ``BOX_RE`` (the command);
 - worker processes with a hard deadline per item, for checkers that may hang in C code:
-  ``DeadlinePool``, ``shared_pool``, ``Result``, ``PoolBroken``;
+  ``DeadlinePool``, ``shared_pool``, ``Result``, ``PoolBroken``; and the time limits around
+  them: ``soft_limit`` (raises the BaseException ``SoftTimeout`` inside a worker),
+  ``soft_seconds``, ``map_with_deadline``, ``unfinished`` (the score of an item that did not finish);
 - data: ``read_jsonl`` (line-numbered one-line errors), ``local_or_hub`` (a local file or
   folder first, a hub id when online);
 - scoring: ``soft_overlong_penalty`` (DAPO's length shaping).
 
-May import: rlvr (the hook API) only; every other part of rlvr may import it.
+Every other part of rlvr may import it; it imports only the hook API.
+
+May import: rlvr.
 """
 
+from rlvr.kit.boxed import BOX_RE, box_at, boxes, last_boxed
 from rlvr.kit.data import local_or_hub, read_jsonl
+from rlvr.kit.deadline import SoftTimeout, map_with_deadline, soft_limit, soft_seconds, unfinished
 from rlvr.kit.scoring import soft_overlong_penalty
 from rlvr.kit.text import completion_text, one_line
 from rlvr.kit.workers import DeadlinePool, PoolBroken, Result, shared_pool
 
 __all__ = [
     "completion_text", "one_line",
+    "BOX_RE", "box_at", "boxes", "last_boxed",
     "DeadlinePool", "PoolBroken", "Result", "shared_pool",
+    "SoftTimeout", "map_with_deadline", "soft_limit", "soft_seconds", "unfinished",
     "local_or_hub", "read_jsonl",
     "soft_overlong_penalty",
 ]

@@ -94,3 +94,18 @@ def local_or_hub(
             "set RLVR_DATA_DIR to a folder holding the data offline"
         ) from None
     yield from ds
+
+
+def data_dir() -> Path:
+    """Where offline copies of datasets live: ``RLVR_DATA_DIR`` or the user cache."""
+    env = os.environ.get("RLVR_DATA_DIR")
+    if env:
+        return Path(env).expanduser()
+    return cache_dir() / "data"
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("RLVR_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rlvr"
+    )
+    return Path(base)

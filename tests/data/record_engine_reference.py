@@ -1,10 +1,10 @@
 """Records the loss and gradients of fixed rollout batches through the engine's update as it was
-at commit caa2949 (``rlvr/engine.py:train``, the section from "sequences for training" to the
+at commit caa2949 (``rlvr/training/engine.py:train``, the section from "sequences for training" to the
 PPO-epoch loop, transcribed line for line with one rank and DeepSpeed replaced by a fake engine
 that has DeepSpeed's loss scaling and accumulation boundaries and applies plain SGD).
 
 Run once to write ``engine_reference.json``; ``tests/test_learner.py`` feeds the same batches
-through ``rlvr.learner`` and compares. Kept for provenance: the values are not recomputed.
+through ``rlvr.training.learner`` and compares. Kept for provenance: the values are not recomputed.
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from types import SimpleNamespace
 
 import torch
 
-from rlvr.algo import rloo_advantages, shortest_correct_penalty
-from rlvr.forward import completion_logits, plan_micro_batches
-from rlvr.losses import aggregate, kl_estimate, policy_loss, token_logprobs_and_entropy
+from rlvr.training.algo import rloo_advantages, shortest_correct_penalty
+from rlvr.training.forward import completion_logits, plan_micro_batches
+from rlvr.training.losses import aggregate, kl_estimate, policy_loss, token_logprobs_and_entropy
 
 HERE = Path(__file__).resolve().parent
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 from rlvr import RlvrError
-from rlvr.plugins import get_plugin_manager, load_registry
+from rlvr.host.registry import get_plugin_manager, load_registry
 
 from rlvr_countdown import countdown_reward, countdown_task
 

@@ -26,7 +26,6 @@ import io
 import json
 import math
 import os
-import signal
 import sys
 import threading
 from collections import OrderedDict
@@ -36,7 +35,7 @@ from typing import Annotated, Any, Iterator, Literal, Sequence, get_args
 from annotated_types import Ge, Gt
 
 from rlvr import RlvrError, Score, hookimpl
-from rlvr.kit import completion_text
+from rlvr.kit import SoftTimeout, completion_text, map_with_deadline, shared_pool, soft_limit, soft_seconds, unfinished
 
 __all__ = [
     "reasoning_gym_task",
@@ -389,7 +388,7 @@ def find_answer(text: str, mode: str = "answer_tag") -> str | None:
         return text[start + len("<answer>") : end].strip() or None
     if mode == "raw":
         return text.strip() or None
-    from rlvr_plugins.math_reward import extract_answer
+    from rlvr_plugins.math import extract_answer
 
     if mode == "boxed":
         return extract_answer(text, "boxed")
@@ -428,8 +427,6 @@ def _parse_entry(raw: Any) -> tuple[str, dict, dict] | str:
 
 def _pool(workers: int):
     """The shared checker pool of that size (0: the CPU count clamped to 2..8)."""
-    from rlvr.kit.workers import shared_pool
-
     return shared_pool(workers, "rlvr_reasoning_gym:_init_worker", memory_limit_mb=2048)
 
 
@@ -464,7 +461,7 @@ def reasoning_gym_reward(
         raise RlvrError(f"reasoning_gym reward: {len(completions)} completions but {len(entry)} entries")
     scores: list[Score | None] = [None] * len(completions)
     jobs: list[tuple[int, tuple]] = []
-    soft = max(0.05, 0.85 * float(timeout) - 0.05)
+    soft = soft_seconds(timeout)
     for i, (completion, raw) in enumerate(zip(completions, entry)):
         parsed = _parse_entry(raw)
         if isinstance(parsed, str):
@@ -493,19 +490,13 @@ def reasoning_gym_reward(
             continue
         jobs.append((i, (name, config_json, answer, rg_entry, soft), info))
     if jobs:
-        from rlvr.kit.workers import PoolBroken
-
-        try:
-            results = _pool(int(workers)).map(_score_item, [job for _, job, _ in jobs], timeout=float(timeout))
-        except PoolBroken as exc:
-            raise RlvrError(f"reasoning_gym reward: checker processes unavailable: {exc}") from exc
+        results = map_with_deadline(_pool(int(workers)), _score_item, [job for _, job, _ in jobs],
+                                    timeout=float(timeout), reward="reasoning_gym")
         for (i, _, info), result in zip(jobs, results):
             if result.ok:
                 value, why = result.value["value"], result.value["why"]
-            elif result.status == "timeout":
-                value, why = 0.0, f"scoring exceeded the hard limit of {timeout:g} s"
             else:
-                value, why = None, f"checker error: {result.error}"
+                value, why = unfinished(result, timeout, "scoring")
             info = {**info, "why": why}
             if value is not None and not partial_credit:
                 info["score"] = value
@@ -517,10 +508,6 @@ def reasoning_gym_reward(
 # --------------------------------------------------------------------------- reward: worker side
 
 _DATASETS: OrderedDict[tuple[str, str], Any] = OrderedDict()
-
-
-class _SoftTimeout(Exception):
-    pass
 
 
 def _init_worker() -> None:
@@ -544,13 +531,9 @@ def _dataset(name: str, config_json: str):
     return ds
 
 
-def _alarm(signum, frame):
-    raise _SoftTimeout()
-
-
 def _score_item(item: tuple) -> dict:
     """In a worker: {"value": float | None, "why": str} for one (dataset, config, answer, entry)."""
-    name, config_json, answer, entry, soft_seconds = item
+    name, config_json, answer, entry, soft = item
     from reasoning_gym.factory import DATASETS
 
     if name not in DATASETS or name == "composite":
@@ -561,17 +544,13 @@ def _score_item(item: tuple) -> dict:
         ds = _dataset(name, config_json)
     except Exception as exc:  # noqa: BLE001 - the entry's config, not the completion
         return {"value": None, "why": f"cannot rebuild dataset {name!r}: {type(exc).__name__}: {exc}"}
-    previous = signal.signal(signal.SIGALRM, _alarm)
-    signal.setitimer(signal.ITIMER_REAL, soft_seconds)
     try:
-        value = ds.score_answer(answer, entry)
-    except _SoftTimeout:
-        return {"value": 0.0, "why": f"scoring took longer than {soft_seconds:.2f} s"}
+        with soft_limit(soft):  # a BaseException: the scorer's own `except Exception` cannot swallow it
+            value = ds.score_answer(answer, entry)
+    except SoftTimeout:
+        return {"value": 0.0, "why": f"scoring took longer than {soft:.2f} s"}
     except Exception as exc:  # noqa: BLE001 - the scorer choked on this answer
         return {"value": 0.0, "why": f"reasoning-gym's scorer raised {type(exc).__name__}: {str(exc)[:200]}"}
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
     try:
         value = float(value)
     except (TypeError, ValueError):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rlvr import RlvrError
-from rlvr.plugins import get_plugin_manager, load_registry
+from rlvr.host.registry import get_plugin_manager, load_registry
 from rlvr_reasoning_gym import dumps_entry, find_answer, loads_entry, reasoning_gym_reward, reasoning_gym_task
 
 HERE = Path(__file__).resolve().parents[1]
@@ -63,7 +63,7 @@ def test_reward_options_are_checked_before_scoring(options, said):
 def test_listing_plugins_does_not_import_reasoning_gym():
     code = (
         "import sys\n"
-        "from rlvr.cli import cli\n"
+        "from rlvr.cli.main import cli\n"
         "for args in (['plugins', '--json'], ['tasks'], ['rewards']):\n"
         "    try:\n"
         "        cli(args, standalone_mode=False)\n"

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from rlvr import RlvrError
-from rlvr.episodes import EpisodeRunner
-from rlvr.plugins import get_plugin_manager, load_registry
-from rlvr.samplers import Completion
+from rlvr.sampling.episodes import EpisodeRunner
+from rlvr.host.registry import get_plugin_manager, load_registry
+from rlvr.sampling.samplers import Completion
 from rlvr_textarena import TESTED, Game, textarena_environment, textarena_task
 
 HERE = Path(__file__).resolve().parents[1]
@@ -35,7 +35,7 @@ def rows(split, **options):
 def tok():
     from transformers import AutoTokenizer
 
-    from rlvr.models import resolve_model
+    from rlvr.models.hub import resolve_model
 
     return AutoTokenizer.from_pretrained(resolve_model("smollm2-135m-instruct"))
 
@@ -57,7 +57,7 @@ def test_rlvr_discovers_the_task_and_the_environment():
 def test_listing_plugins_does_not_import_textarena():
     code = (
         "import sys\n"
-        "from rlvr.cli import cli\n"
+        "from rlvr.cli.main import cli\n"
         "for args in (['plugins', '--json'], ['tasks'], ['environments']):\n"
         "    try:\n"
         "        cli(args, standalone_mode=False)\n"

@@ -1,0 +1,5 @@
+"""``python -m rlvr.cli``: the ``rlvr`` command."""
+
+from rlvr.cli.main import main
+
+main()

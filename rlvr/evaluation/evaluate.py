@@ -1,0 +1,185 @@
+"""Evaluation: pass@1, unbiased pass@k (Chen et al. 2021), maj@k, per-subject breakdowns.
+
+``evaluate_with`` runs on a sampler the caller already has (the trainer's, before and after
+training); ``evaluate`` is ``rlvr eval``: it loads the model into a sampler of its own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any, Sequence
+
+from rlvr.host.registry import Registry
+from rlvr.models.distributed import process_group_scope
+from rlvr.recipe.spec import Recipe
+from rlvr.rewards.runner import BoundReward, bind_rewards, score_batch
+from rlvr.runs.metrics import reduce_sums
+from rlvr.sampling.episodes import episode_runner, episode_sums, unscore_failed
+from rlvr.sampling.prompts import PromptSet, load_prompt_set
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c pass: 1 - C(n-c, k) / C(n, k)."""
+    if k > n:
+        raise ValueError(f"pass@{k} needs at least {k} samples, got {n}")
+    if n - c < k:
+        return 1.0
+    return 1.0 - math.prod((n - c - i) / (n - i) for i in range(k))
+
+
+def majority_correct(answers: Sequence[str | None], passed: Sequence[bool]) -> bool:
+    """maj@k: is the most common extracted answer (ties: first seen) a passing one?"""
+    votes = Counter(a for a in answers if a is not None)
+    if not votes:
+        return False
+    top = max(votes.values())
+    winner = next(a for a in answers if a is not None and votes[a] == top)
+    return any(p for a, p in zip(answers, passed) if a == winner)
+
+
+def _answer_of(info: dict) -> str | None:
+    for key in ("pred", "prediction", "answer", "extracted"):
+        if info.get(key) is not None:
+            return str(info[key])
+    return None
+
+
+def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_set: PromptSet, *, rank: int = 0,
+                  world: int = 1, keep_samples: bool = False, episodes=None) -> tuple[dict[str, Any], list[dict]]:
+    """Sample, score and summarise the eval prompts: (summary, this rank's per-prompt results).
+    Ranks split the prompts; the summary's counts are summed over ranks. With ``episodes`` (an
+    ``rlvr.sampling.episodes.EpisodeRunner``) each sample is an episode, and the summary has its tool figures."""
+    ev = recipe.eval
+    n = max(ev.k)
+    temperature = ev.temperature if n == 1 else (ev.temperature or 1.0)
+    mine = list(range(rank, len(eval_set.rows), world))
+    prompts = [eval_set.prompts[i] for i in mine]
+    options = dict(n=n, temperature=temperature, top_p=recipe.sampling.top_p, max_tokens=recipe.eval_tokens,
+                   seed=12345 + rank)
+    flat_rows = [eval_set.rows[i] for i in mine for _ in range(n)]
+    sums = None
+    if episodes is None:
+        outs = sampler.generate([p.ids for p in prompts], **options) if mine else []
+    else:
+        rows = [eval_set.rows[i] for i in mine]
+        outs, flat_rows, sums = (episodes.sample(sampler, rows, [p.ids for p in prompts], **options) if mine
+                                 else ([], [], episode_sums([])))
+    correctness = ev.correctness_reward or next(iter(recipe.rewards))
+    flat = [c for group in outs for c in group]
+    flat_prompts = [p.text for p in prompts for _ in range(n)]
+    scored = score_batch(rewards, flat_prompts, [c.text for c in flat], [c.token_ids for c in flat], flat_rows) if flat else None
+    if scored is not None and episodes is not None:
+        unscore_failed(scored, flat_rows, [correctness])
+    per_prompt = []
+    for j, i in enumerate(mine):
+        values = scored.values[correctness][j * n : (j + 1) * n]
+        infos = scored.infos[correctness][j * n : (j + 1) * n]
+        passed = [v is not None and v >= ev.pass_threshold for v in values]
+        per_prompt.append({
+            "index": i,
+            "passed": passed,
+            "unscorable": sum(v is None for v in values),
+            "maj": majority_correct([_answer_of(x) for x in infos], passed),
+            "samples": [{"completion": c.text, "reward": scored.total[j * n + m], "correct": passed[m],
+                         "reward_info": {name: scored.infos[name][j * n + m] for name in scored.names}}
+                        for m, c in enumerate(flat[j * n : (j + 1) * n])] if keep_samples else None,
+        })
+    ks = ev.k
+    local = {"n": len(per_prompt), "pass@1": sum(p["passed"][0] for p in per_prompt),
+             "maj": sum(p["maj"] for p in per_prompt), "unscorable": sum(p["unscorable"] for p in per_prompt)}
+    local.update({f"pass@{k}": sum(pass_at_k(n, sum(p["passed"]), k) for p in per_prompt) for k in ks})
+    if sums is not None:
+        sums.pop("time_env", None)
+        local.update(sums)
+    total = reduce_sums(local)
+    count = total["n"]
+    result: dict[str, Any] = {
+        "n": int(count),
+        "samples_per_prompt": n,
+        "temperature": temperature,
+        "accuracy": total["pass@1"] / count if count else 0.0,
+        **{f"pass@{k}": total[f"pass@{k}"] / count if count else 0.0 for k in ks},
+        "unscorable": int(total["unscorable"]),
+    }
+    if n > 1:
+        result[f"maj@{n}"] = total["maj"] / count if count else 0.0
+    if episodes is not None:
+        result["episodes"] = episode_report(total)
+    if eval_set.dropped:
+        result["dropped_overlong_prompts"] = eval_set.dropped
+    return result, per_prompt
+
+
+def episode_report(total: dict[str, float]) -> dict[str, float]:
+    """Per-episode means of the summed episode figures (``rlvr.sampling.episodes.episode_sums``)."""
+    count = total["episodes"] or 1.0
+    out = {"episodes": int(total["episodes"]), "turns_mean": total["env_turns"] / count,
+           "turns_max": int(total["env_turns_max"]), "policy_tokens_mean": total["env_policy_tokens"] / count,
+           "env_tokens_mean": total["env_tokens"] / count, "env_seconds_mean": total["env_seconds"] / count,
+           "env_errors": int(total["env_errors"])}
+    out.update({k[len("env/"):] + "_mean": v / count for k, v in sorted(total.items()) if k.startswith("env/")})
+    return out
+
+
+def breakdown(rows: list[dict], per_prompt: list[dict], key: str) -> dict[str, dict]:
+    groups: dict[str, list] = defaultdict(list)
+    for p in per_prompt:
+        groups[str(rows[p["index"]].get(key, ""))].append(p["passed"][0])
+    return {g: {"n": len(v), "pass@1": sum(v) / len(v)} for g, v in sorted(groups.items())}
+
+
+def evaluate(recipe: Recipe, registry: Registry, output_dir: Path) -> dict[str, Any]:
+    """``rlvr eval``: load the model into a sampler, evaluate, write reports."""
+    from transformers import AutoTokenizer
+
+    from rlvr.models.hub import resolve_model
+    from rlvr.sampling.samplers import make_sampler
+
+    model_path = resolve_model(recipe.model.name)
+    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    eval_set = load_prompt_set(recipe, registry, tokenizer, split="eval")
+    model = None
+    if recipe.sampling.backend == "hf":
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(model_path)
+    new_tokens = max(recipe.eval_tokens, recipe.episode_tokens if recipe.environment else 0)
+    # an in-process vLLM engine creates the default process group: it goes however we leave
+    with process_group_scope():
+        sampler = make_sampler(recipe, model_path, longest_prompt=eval_set.longest, max_new_tokens=new_tokens,
+                               seed=0, get_model=lambda: model, tokenizer=tokenizer)
+        try:
+            result, per_prompt = evaluate_with(recipe, bind_rewards(recipe.rewards, registry), sampler, eval_set,
+                                               keep_samples=True,
+                                               episodes=episode_runner(recipe, registry, tokenizer, model_path))
+        finally:
+            sampler.close()  # vLLM tears its own groups down first
+    rows = eval_set.rows
+    for key in ("subject", "level"):
+        if key in rows[0]:
+            result[f"by_{key}"] = breakdown(rows, per_prompt, key)
+    result.update(model=recipe.model.name, recipe=recipe.name, task=recipe.eval_task.name, split=recipe.eval_split)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / "report.json").write_text(json.dumps(result, indent=2))
+    with open(output_dir / "samples.jsonl", "w") as f:
+        for p in per_prompt:
+            row = rows[p["index"]]
+            f.write(json.dumps({"id": row.get("id") or row.get("task_id"), "samples": p["samples"]}, default=str) + "\n")
+    (output_dir / "report.md").write_text(_markdown(result))
+    print(_markdown(result))
+    return result
+
+
+def _markdown(result: dict) -> str:
+    keys = [k for k in result if k.startswith(("pass@", "maj@"))]
+    lines = [f"| model | task | split | n | {' | '.join(keys)} |", "|" + "---|" * (4 + len(keys))]
+    lines.append(f"| {result['model']} | {result['task']} | {result['split']} | {result['n']} | "
+                 + " | ".join(f"{100 * result[k]:.1f}" for k in keys) + " |")
+    for key in ("by_subject", "by_level"):
+        if key in result:
+            lines += ["", f"| {key[3:]} | n | pass@1 |", "|---|---|---|"]
+            lines += [f"| {g} | {v['n']} | {100 * v['pass@1']:.1f} |" for g, v in result[key].items()]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,125 @@
+"""The hooks a plugin can implement. Every hook name starts with ``rlvr_``.
+
+A plugin is a module (or object) with functions decorated by ``rlvr.hookimpl``,
+made discoverable through an entry point in the ``rlvr`` group::
+
+    [project.entry-points.rlvr]
+    countdown = "rlvr_countdown"
+
+Each hook receives ``register``, a callback the host owns; its type below (a ``Protocol``) is
+part of the spec. Specs grow only by adding optional arguments, so old plugins keep working.
+docs/hooks.md has a runnable example for every hook.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Protocol
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("rlvr")
+
+
+class RegisterReward(Protocol):
+    """The ``register`` that ``rlvr_register_rewards`` receives."""
+
+    def __call__(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        description: str | None = None,
+        gold: Iterable[str] | None = None,
+    ) -> None: ...
+
+
+class RegisterTask(Protocol):
+    """The ``register`` that ``rlvr_register_tasks`` receives."""
+
+    def __call__(
+        self,
+        name: str,
+        load: Callable[..., Iterable[dict]],
+        columns: Iterable[str],
+        description: str | None = None,
+        splits: Iterable[str] = ("train", "test"),
+    ) -> None: ...
+
+
+@hookspec
+def rlvr_register_rewards(register: RegisterReward) -> None:
+    """Register reward functions: call ``register(name, fn, description=None, gold=None)`` once for each.
+
+    Called each time the host loads its registry; a name registered twice fails, naming both plugins.
+
+    :param register: The host's callback, :class:`RegisterReward`.
+    :param name: The reward's name in recipes and on the command line (letters, digits, ``_-.``).
+    :param fn: The reward, ``fn(prompts, completions, completion_ids, *, ...)``: three lists
+        passed positionally, one item per completion (``completion_ids`` are token ids, or
+        ``None`` where there are none). Its keyword-only parameters say what else it gets::
+
+            def fn(prompts, completions, completion_ids, *,
+                   answer,           # no default: a required column
+                   aliases=None,     # default None: an optional column, passed when the rows have it
+                   strict=True,      # any other default: an option a recipe sets
+                   **columns):       # **kwargs: gets every other column
+
+        Each column arrives as a list, one value per completion; a recipe maps a task's
+        differently named column onto a parameter with ``rewards.NAME.columns``. ``fn`` returns one
+        ``float | None | rlvr.Score`` per completion and may be ``async``. ``None`` means
+        "cannot score this one": it is left out of the baseline and counted. An optional column
+        is ``None`` for the records that lack it. When a call on a batch raises (or returns the
+        wrong number of values), each record is scored alone, so only the records whose own call
+        fails get ``None``; they are logged with the reward's name and counted, and training goes
+        on. Options are checked from their annotations (``Literal[...]``, ``Annotated`` ranges;
+        see docs/hooks.md) by ``rlvr validate``, ``train``, ``eval`` and ``score``.
+    :param description: One line for ``rlvr rewards``; default: the first line of ``fn``'s docstring.
+    :param gold: The columns ``fn`` checks against as the answer key (``answer``, unit tests).
+        ``rlvr validate`` refuses a recipe whose prompt shows one of them unless the recipe lists
+        it in ``prompt.gold_in_prompt``. Default ``None``: every required column is gold; ``()``
+        for a reward whose columns are all part of the problem statement.
+    """
+
+
+@hookspec
+def rlvr_register_tasks(register: RegisterTask) -> None:
+    """Register tasks (prompt sources): call ``register(name, load, columns, description=None,
+    splits=('train', 'test'))`` once for each.
+
+    Called each time the host loads its registry; a name registered twice fails, naming both plugins.
+
+    :param register: The host's callback, :class:`RegisterTask`.
+    :param name: The task's name in recipes (letters, digits, ``_-.``).
+    :param load: ``load(split, *, data_dir, **options)`` yields dict rows, each carrying every
+        name in ``columns``. ``data_dir`` is where offline copies of datasets live
+        (``RLVR_DATA_DIR``). The task's options are ``load``'s keyword-only parameters other
+        than ``data_dir``; a recipe sets them under ``task.options``.
+    :param columns: The names every row carries; prompt templates and rewards use them.
+    :param description: One line for ``rlvr tasks``; default: the first line of ``load``'s docstring.
+    :param splits: The splits ``load`` accepts, ``("train", "test")`` by default; ``rlvr validate``
+        rejects a recipe that asks for another.
+    """
+
+
+class RegisterEnvironment(Protocol):
+    """The ``register`` that ``rlvr_register_environments`` receives."""
+
+    def __call__(self, name: str, make: Callable[..., Any], description: str | None = None) -> None: ...
+
+
+@hookspec
+def rlvr_register_environments(register: RegisterEnvironment) -> None:
+    """Register multi-turn environments: call ``register(name, make, description=None)`` once for each.
+
+    Called each time the host loads its registry; a name registered twice fails, naming both plugins.
+
+    :param register: The host's callback, :class:`RegisterEnvironment`.
+    :param name: The environment's name in recipes (``environment.name``; letters, digits, ``_-.``).
+    :param make: ``make(row, **options)`` builds the environment of one episode from its prompt
+        row (a dict of the task's columns). It returns an object with ``stop`` (strings that end
+        the policy's turn) and ``step(turn) -> rlvr.Reply``, and optionally ``state`` (a dict
+        the rewards get as the ``env_state`` column) and ``close()``
+        (:class:`rlvr.host.environments.Environment`). ``make``'s keyword-only parameters with
+        defaults are its options, set by a recipe under ``environment.options`` and checked
+        from their annotations like a reward's.
+    :param description: One line for ``rlvr environments``; default: the first line of ``make``'s docstring.
+    """

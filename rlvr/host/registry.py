@@ -1,0 +1,302 @@
+"""The plugin host: one factory, host-owned registration callbacks, and the registries they fill.
+
+Nothing here runs at import time. ``get_plugin_manager()`` builds a fresh manager each call
+(tests use that to stay isolated); ``load_registry()`` asks every plugin to register its
+tasks and rewards and returns what they registered, with who registered it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import inspect
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Iterable, Mapping
+
+import pluggy
+
+from rlvr import RlvrError
+from rlvr.host import hookspecs
+from rlvr.host.hookspecs import RegisterEnvironment, RegisterReward, RegisterTask
+from rlvr.host.options import OptionChecker, did_you_mean, option_checker
+from rlvr.kit import one_line
+
+PROJECT = "rlvr"
+ENTRY_POINT_GROUP = "rlvr"
+# Parameters every reward receives positionally; the rest of its signature is columns and options.
+REWARD_POSITIONAL = ("prompts", "completions", "completion_ids")
+
+
+def _allow_list() -> set[str] | None:
+    """``RLVR_LOAD_PLUGINS``: unset = all; empty = none; else comma-separated entry-point names."""
+    value = os.environ.get("RLVR_LOAD_PLUGINS")
+    if value is None:
+        return None
+    return {name.strip() for name in value.split(",") if name.strip()}
+
+
+def get_plugin_manager(load_entry_points: bool = True) -> pluggy.PluginManager:
+    """A new manager with the hook specs added and the ``rlvr`` entry points loaded.
+
+    A plugin that fails to import, or whose hooks do not match the specs (a misspelt hook name,
+    a wrong argument), stops every command that loads plugins with one line naming the plugin
+    and the fix: a plugin the user installed but silently ignored would look like our bug later
+    ("unknown reward"). ``RLVR_LOAD_PLUGINS`` leaves it out.
+    """
+    pm = pluggy.PluginManager(PROJECT)
+    pm.add_hookspecs(hookspecs)
+    if load_entry_points:
+        allowed = _allow_list()
+        names = sorted({ep.name for ep in md.entry_points(group=ENTRY_POINT_GROUP)})
+        for wanted in sorted(allowed or ()):
+            if wanted not in names:
+                raise RlvrError(
+                    f"RLVR_LOAD_PLUGINS names {wanted!r}, which is not an installed plugin"
+                    f"{did_you_mean(wanted, names)}; installed: {', '.join(names) or 'none'}"
+                )
+        for name in names:
+            if allowed is not None and name not in allowed:
+                continue
+            try:
+                pm.load_setuptools_entrypoints(ENTRY_POINT_GROUP, name=name)
+            except pluggy.PluginValidationError as exc:
+                raise RlvrError(
+                    f"plugin {name!r} does not fit rlvr's hooks: {one_line(str(exc))}; "
+                    "fix the plugin or leave it out with RLVR_LOAD_PLUGINS"
+                ) from exc
+            except Exception as exc:  # a broken third-party plugin must not look like our bug
+                raise RlvrError(
+                    f"plugin {name!r} (entry point group {ENTRY_POINT_GROUP!r}) failed to load: "
+                    f"{type(exc).__name__}: {one_line(str(exc))}; disable it with RLVR_LOAD_PLUGINS"
+                ) from exc
+        check_hook_names(pm)
+    pm.check_pending()
+    if os.environ.get("RLVR_TRACE_PLUGINS"):
+        _trace(pm)
+    return pm
+
+
+def check_hook_names(pm: pluggy.PluginManager) -> None:
+    """pluggy's ``check_pending`` as one ``RlvrError`` line: the plugin, the unknown hook, the
+    hook it probably meant."""
+    specs = sorted(name for name in dir(hookspecs) if name.startswith("rlvr_"))
+    for name in list(vars(pm.hook)):
+        caller = getattr(pm.hook, name)
+        if name.startswith("_") or caller.has_spec():
+            continue
+        for impl in caller.get_hookimpls():
+            if not impl.optionalhook:
+                raise RlvrError(
+                    f"plugin {pm.get_name(impl.plugin) or impl.plugin_name!r} implements {name!r}, "
+                    f"which is not an rlvr hook{did_you_mean(name, specs)}; hooks: {', '.join(specs)}; "
+                    "fix the plugin or leave it out with RLVR_LOAD_PLUGINS"
+                )
+
+
+def _trace(pm: pluggy.PluginManager) -> None:
+    def before(hook_name, hook_impls, kwargs):
+        names = ", ".join(pm.get_name(impl.plugin) or "?" for impl in hook_impls)
+        print(f"rlvr: hook {hook_name} -> [{names}]", file=sys.stderr)
+
+    def after(outcome, hook_name, hook_impls, kwargs):
+        pass
+
+    pm.add_hookcall_monitoring(before, after)
+
+
+def plugin_source(pm: pluggy.PluginManager, plugin: object) -> tuple[str, str]:
+    """(plugin name, "distribution version") of a registered plugin object."""
+    name = pm.get_name(plugin) or repr(plugin)
+    for loaded, dist in pm.list_plugin_distinfo():
+        if loaded is plugin:
+            return name, f"{dist.project_name} {dist.version}"
+    return name, "not from a distribution"
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What a plugin registered under a name: its callable, a one-line description, and which
+    plugin (and distribution version) it came from. Every kind has this shape; rewards and tasks
+    add what they declare besides."""
+
+    name: str
+    fn: Callable[..., Any]  # reward: fn(prompts, ...); task: fn(split, *, data_dir, **options); environment: fn(row, **options)
+    description: str
+    plugin: str
+    version: str
+    kind: ClassVar[str] = "environment"  # an environment declares nothing more: make(row, **options) -> Environment
+
+
+@dataclass(frozen=True)
+class RewardSpec(Spec):
+    """A reward: ``fn(prompts, completions, completion_ids, *, columns..., options...)``."""
+
+    kind: ClassVar[str] = "reward"
+    columns: tuple[str, ...]  # required dataset columns
+    optional_columns: tuple[str, ...]  # keyword-only, default None: a record's value, or None where it has none
+    options: dict[str, Any]  # keyword-only with a non-None default: settable from a recipe
+    accepts_any: bool  # has **kwargs: gets every column
+    # Columns it checks against as the answer key (the prompt must not show them); None: the required ones.
+    gold: tuple[str, ...] | None = None
+    # Built once from fn's annotations (rlvr.host.options); built here when not given. Raises TypeError
+    # for an annotation it cannot resolve or check (the registrar names the plugin).
+    checker: OptionChecker | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.checker is None:
+            object.__setattr__(self, "checker", option_checker(self.name, self.fn, self.options))
+
+    @property
+    def gold_columns(self) -> tuple[str, ...]:
+        """The parameters a prompt must not show (before a recipe's column mapping)."""
+        return self.columns if self.gold is None else self.gold
+
+    def check_options(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """``values`` checked against the reward's options (converted, only those given); raises
+        ``RlvrError`` with one line naming the reward, the option and what it accepts."""
+        assert self.checker is not None
+        return self.checker.check(values)
+
+
+@dataclass(frozen=True)
+class TaskSpec(Spec):
+    """A task: ``fn(split, *, data_dir, **options)`` yields rows with ``columns``."""
+
+    kind: ClassVar[str] = "task"
+    columns: tuple[str, ...] = ()
+    splits: tuple[str, ...] = ("train", "test")
+
+
+@dataclass
+class Registry:
+    rewards: dict[str, RewardSpec] = field(default_factory=dict)
+    tasks: dict[str, TaskSpec] = field(default_factory=dict)
+    environments: dict[str, Spec] = field(default_factory=dict)
+
+    def reward(self, name: str) -> RewardSpec:
+        return _lookup(self.rewards, name, "reward")
+
+    def task(self, name: str) -> TaskSpec:
+        return _lookup(self.tasks, name, "task")
+
+    def environment(self, name: str) -> Spec:
+        return _lookup(self.environments, name, "environment")
+
+
+def _lookup(table: dict, name: str, kind: str):
+    if name in table:
+        return table[name]
+    known = ", ".join(sorted(table)) or "none"
+    raise RlvrError(f"unknown {kind} {name!r}{did_you_mean(name, table)}; registered: {known}")
+
+
+def _describe(fn: Callable, description: str | None) -> str:
+    if description:
+        return description
+    doc = inspect.getdoc(fn) or ""
+    return doc.strip().splitlines()[0] if doc.strip() else ""
+
+
+def reward_signature(fn: Callable) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, Any], bool]:
+    """Split a reward's keyword-only parameters into required columns, optional columns, options."""
+    sig = inspect.signature(fn)
+    columns, optional, options, accepts_any = [], [], {}, False
+    for param in sig.parameters.values():
+        if param.kind is param.VAR_KEYWORD:
+            accepts_any = True
+        elif param.kind is param.KEYWORD_ONLY:
+            if param.default is param.empty:
+                columns.append(param.name)
+            elif param.default is None:
+                optional.append(param.name)
+            else:
+                options[param.name] = param.default
+    positional = [
+        p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if len(positional) < 3 and not any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values()):
+        raise TypeError(
+            "a reward takes (prompts, completions, completion_ids, *, columns..., options...)"
+        )
+    return tuple(columns), tuple(optional), options, accepts_any
+
+
+def load_registry(pm: pluggy.PluginManager | None = None) -> Registry:
+    """Call the registration hooks once; duplicates fail loudly naming both plugins."""
+    pm = pm or get_plugin_manager()
+    registry = Registry()
+
+    plugins = pm.get_plugins()
+
+    def call_each(hook_name: str, make_register: Callable[[str, str], Any]) -> None:
+        # One plugin at a time (through pluggy, so tracing sees it) to know who registered what.
+        for plugin in plugins:
+            if not any(impl.plugin is plugin for impl in getattr(pm.hook, hook_name).get_hookimpls()):
+                continue
+            caller = pm.subset_hook_caller(hook_name, remove_plugins=[p for p in plugins if p is not plugin])
+            caller(register=make_register(*plugin_source(pm, plugin)))
+
+    # The callbacks plugins receive: their signatures are the hookspecs' Protocols (tested).
+    def reward_registrar(plugin: str, version: str) -> RegisterReward:
+        def register(
+            name: str, fn: Callable[..., Any], description: str | None = None, gold: Iterable[str] | None = None
+        ) -> None:
+            _check_name(name, "reward", registry.rewards, plugin)
+            try:
+                columns, optional, options, accepts_any = reward_signature(fn)
+                if gold is not None:
+                    gold = (gold,) if isinstance(gold, str) else tuple(gold)
+                    unknown = [c for c in gold if c not in columns + optional and not accepts_any]
+                    if unknown:
+                        raise ValueError(f"gold column {unknown[0]!r} is not one of its columns")
+                spec = RewardSpec(
+                    name, fn, _describe(fn, description), plugin, version, columns, optional, options, accepts_any,
+                    gold,
+                )
+            except (TypeError, ValueError) as exc:
+                raise RlvrError(f"plugin {plugin!r}: reward {name!r}: {exc}") from exc
+            registry.rewards[name] = spec
+
+        return register
+
+    def task_registrar(plugin: str, version: str) -> RegisterTask:
+        def register(
+            name: str,
+            load: Callable[..., Iterable[dict]],
+            columns: Iterable[str],
+            description: str | None = None,
+            splits: Iterable[str] = ("train", "test"),
+        ) -> None:
+            _check_name(name, "task", registry.tasks, plugin)
+            registry.tasks[name] = TaskSpec(
+                name, load, _describe(load, description), plugin, version, tuple(columns), tuple(splits)
+            )
+
+        return register
+
+    def environment_registrar(plugin: str, version: str) -> RegisterEnvironment:
+        def register(name: str, make: Callable[..., Any], description: str | None = None) -> None:
+            _check_name(name, "environment", registry.environments, plugin)
+            if not callable(make):
+                raise RlvrError(f"plugin {plugin!r}: environment {name!r}: make must be callable, not {make!r}")
+            registry.environments[name] = Spec(name, make, _describe(make, description), plugin, version)
+
+        return register
+
+    call_each("rlvr_register_rewards", reward_registrar)
+    call_each("rlvr_register_tasks", task_registrar)
+    call_each("rlvr_register_environments", environment_registrar)
+    return registry
+
+
+def _check_name(name: str, kind: str, table: dict, plugin: str) -> None:
+    if not isinstance(name, str) or not name.replace("_", "").replace("-", "").replace(".", "").isalnum():
+        raise RlvrError(f"plugin {plugin!r} registered a {kind} with an invalid name {name!r}")
+    clash = next((n for n in table if n.lower() == name.lower()), None)
+    if clash is not None:
+        raise RlvrError(
+            f"{kind} {name!r} is registered twice: by plugin {table[clash].plugin!r} "
+            f"({table[clash].version}) and by plugin {plugin!r}; rename one "
+            f"(did you mean {plugin + '_' + name!r}?) or disable one with RLVR_LOAD_PLUGINS"
+        )

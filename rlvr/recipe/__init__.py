@@ -1,0 +1,12 @@
+"""Recipes: the YAML that names a task, a prompt, weighted rewards and the settings.
+
+``spec`` is the schema (pydantic, strict: unknown keys and non-finite numbers refused), ``load``
+reads YAML with profiles and ``--set`` overrides into a ``Recipe``, ``resolve`` checks a recipe
+against the plugin host (names, columns, options, template fields) and reads a task's rows;
+``template`` renders ``{{column}}`` prompts. Nothing here imports torch, vLLM or DeepSpeed: ``rlvr
+validate`` runs before any model loads.
+
+Design notes: docs/host.md.
+
+May import: rlvr, rlvr.kit, rlvr.host.
+"""

@@ -1,0 +1,213 @@
+"""Loading a recipe: YAML (duplicate keys refused, ``1e-6`` read as a number), a profile merged
+in section by section, ``--set key=value`` overrides, then the schema (``rlvr.recipe.spec``);
+every problem is one ``RlvrError`` line naming the file and the setting (with did-you-mean).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ValidationError
+
+from rlvr import RlvrError
+from rlvr.host.registry import did_you_mean
+from rlvr.recipe.spec import Recipe
+
+
+class RecipeLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, stricter: a key given twice in one mapping is an error (naming its
+    line), not a silent "last one wins"; and ``1e3``/``1e-6`` are numbers, as in YAML 1.2
+    (YAML 1.1 reads a float without a dot as a string, so ``steps: 1e3`` would be refused)."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    first = seen.get(key)
+                except TypeError:
+                    continue  # unhashable: the base class reports it
+                if first is not None:
+                    raise yaml.constructor.ConstructorError(
+                        "while constructing a mapping", node.start_mark,
+                        f"duplicate key {key!r} (first given on line {first + 1})", key_node.start_mark,
+                    )
+                seen[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
+
+
+RecipeLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"),
+)
+
+
+def load_yaml(text: str) -> Any:
+    """YAML text as Python data, with :class:`RecipeLoader`'s rules."""
+    return yaml.load(text, Loader=RecipeLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+# Settings a recipe may write in short form, and their long form: `task: gsm8k` is
+# `task: {name: gsm8k}`, `rewards: {format: 0.1}` is `rewards: {format: {weight: 0.1}}`.
+def _long_form(keys: tuple[str, ...], value: Any) -> dict | None:
+    if keys in (("task",), ("eval", "task")) and isinstance(value, str):
+        return {"name": value}
+    if len(keys) == 2 and keys[0] == "rewards" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return {"weight": value}
+    return None
+
+
+def _set_path(data: dict, dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    if not all(keys):
+        raise RlvrError(f"--set {dotted}: empty name between dots")
+    node = data
+    for depth, key in enumerate(keys[:-1]):
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        long_form = _long_form(tuple(keys[: depth + 1]), child)
+        if long_form is not None:  # --set task.options.size=3 when the recipe says `task: gsm8k`
+            child = node[key] = long_form
+        if not isinstance(child, dict):
+            raise RlvrError(f"--set {dotted}: {'.'.join(keys[: depth + 1])} is {child!r}, not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def parse_overrides(pairs: list[str]) -> list[tuple[str, Any]]:
+    """``KEY=VALUE`` strings as (key, value) pairs, each value read as YAML (``1e-6`` a number,
+    ``[1, 4]`` a list, ``{r: 4}`` a mapping; what is not YAML stays a string)."""
+    out = []
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise RlvrError(f"--set expects key=value (e.g. trainer.lr=1e-6), got {pair!r}")
+        try:
+            value = load_yaml(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        out.append((key.strip(), value))
+    return out
+
+
+def _format_validation_error(source: str, exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err["loc"]) or "recipe"
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] == "extra_forbidden":
+        parent = Recipe
+        for part in err["loc"][:-1]:
+            field = getattr(parent, "model_fields", {}).get(str(part))
+            parent = _model_of(field.annotation) if field else None
+            if parent is None:
+                break
+        hint = did_you_mean(str(err["loc"][-1]), parent.model_fields) if parent else ""
+        msg = f"unknown setting{hint}"
+    extra = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
+    return f"{source}: {loc}: {msg}{extra}"
+
+
+def _model_of(annotation: Any):
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in getattr(annotation, "__args__", ()):
+        found = _model_of(arg)
+        if found:
+            return found
+    return None
+
+
+def _merge(base: dict, extra: dict, keys: tuple[str, ...] = ()) -> dict:
+    """``extra`` merged into ``base`` section by section; a section ``base`` gives in short form
+    (``format: 0.1``) is widened first, so a profile's ``format: {options: ...}`` keeps the weight."""
+    out = dict(base)
+    for key, value in extra.items():
+        here = (*keys, str(key))
+        current = out.get(key)
+        if isinstance(value, dict):
+            current = _long_form(here, current) or current
+        out[key] = _merge(current, value, here) if isinstance(value, dict) and isinstance(current, dict) else value
+    return out
+
+
+def _first_non_finite(value: Any, where: str = "") -> str | None:
+    """The dotted place of the first nan or infinity in loaded YAML data, or None."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return where or "recipe"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        found = _first_non_finite(item, f"{where}.{key}" if where else str(key))
+        if found:
+            return found
+    return None
+
+
+def recipe_profiles(path: str | os.PathLike) -> list[str]:
+    """The names of a recipe file's profiles (for checking each; the file must load)."""
+    profiles = _read(Path(path)).get("profiles") or {}
+    return [str(name) for name in profiles] if isinstance(profiles, dict) else []
+
+
+def _read(path: Path) -> dict:
+    if not path.is_file():
+        if path.exists():  # a folder, /dev/null, a pipe: a recipe may be read more than once
+            raise RlvrError(f"{path}: not a recipe file (a regular YAML file)")
+        raise RlvrError(f"recipe not found: {path}")
+    try:
+        data = load_yaml(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise RlvrError(f"{path}:{where}: malformed YAML: {problem}") from None
+    except UnicodeDecodeError:
+        raise RlvrError(f"{path}: not a text file (not UTF-8)") from None
+    except OSError as exc:
+        raise RlvrError(f"{path}: cannot read: {exc.strerror}") from None
+    if not isinstance(data, dict):
+        raise RlvrError(f"{path}: a recipe is a YAML mapping (name:, task:, prompt:, rewards:, ...)")
+    return data
+
+
+def load_recipe(
+    path: str | os.PathLike,
+    overrides: list[str] | None = None,
+    profile: str | None = None,
+    settings: list[tuple[str, Any]] | None = None,
+) -> Recipe:
+    """Read, apply a profile, ``--set`` overrides (``KEY=VALUE``, read as YAML) and ``settings``
+    (``(key, value)`` pairs taken as they are: command-line options), validate. Bad input raises
+    ``RlvrError`` (one line; it names the profile when one is applied)."""
+    path = Path(path)
+    data = _read(path)
+    data.setdefault("name", path.stem)
+    source = str(path)
+    if profile is not None:
+        profiles = data.get("profiles") or {}
+        if not isinstance(profiles, dict) or profile not in profiles:
+            names = ", ".join(map(str, profiles)) if isinstance(profiles, dict) and profiles else "none"
+            choices = map(str, profiles) if isinstance(profiles, dict) else []
+            raise RlvrError(f"{path}: no profile {profile!r}{did_you_mean(profile, choices)}; profiles: {names}")
+        if not isinstance(profiles[profile], dict):
+            raise RlvrError(f"{path}: profiles.{profile} must be a mapping of settings")
+        data = _merge(data, profiles[profile])
+        source = f"{path} (profile {profile!r})"
+    for key, value in [*parse_overrides(overrides or []), *(settings or [])]:
+        _set_path(data, key, value)
+    bad = _first_non_finite(data)
+    if bad:
+        raise RlvrError(f"{source}: {bad}: not a finite number (nan and infinities are refused)")
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        raise RlvrError(_format_validation_error(source, exc)) from None

@@ -1,0 +1,173 @@
+"""Checking a recipe against the plugin host, and reading its task's rows.
+
+``resolve`` checks every name the recipe gives (task, rewards, environment) against what the
+plugins registered, and their options, columns and template fields, before any model loads;
+``load_rows`` and ``peek_rows`` read a task's rows (the first ones, for ``rlvr validate --data``).
+"""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Iterator, Mapping
+
+
+from rlvr import RlvrError
+from rlvr.host.options import option_checker
+from rlvr.host.registry import Registry, did_you_mean
+from rlvr.kit.data import data_dir
+from rlvr.recipe.spec import PromptConfig, Recipe, TaskRef, template_fields
+from rlvr.recipe.template import fields
+
+
+def resolve(recipe: Recipe, registry: Registry) -> None:
+    """Check every name in the recipe against what the plugins registered."""
+    _check_task(registry, recipe.task, recipe.prompt, [recipe.data.train_split], recipe, "")
+    _check_task(registry, recipe.eval_task, recipe.eval_prompt, [recipe.eval_split], recipe, "eval.")
+    _check_correctness(recipe)
+    if recipe.environment is None and "environment" in recipe.rewards:
+        raise RlvrError("reward 'environment' is the score of an episode's environment, but the recipe names no "
+                        "environment (add environment: {name: ...}; `rlvr environments` lists them)")
+    if recipe.environment is not None:
+        env = recipe.environment
+        spec = registry.environment(env.name)
+        env.options = {**env.options, **_check_options(spec.fn, spec.name, "environment", spec.plugin, env.options,
+                                                       "environment.options")}
+
+
+def _check_task(registry: Registry, ref: TaskRef, prompt: PromptConfig, splits: list[str], recipe: Recipe, where: str) -> None:
+    task = registry.task(ref.name)
+    columns = set(task.columns)
+    ref.options = {**ref.options, **_check_task_options(task, ref.options, where)}  # 1e3 -> 1000
+    for split in splits:
+        if task.splits and split not in task.splits:
+            raise RlvrError(
+                f"task {task.name!r} has no split {split!r}{did_you_mean(split, task.splits)}; "
+                f"it has: {', '.join(task.splits)}"
+            )
+    _check_prompt(registry, task, prompt, recipe, where)
+    for name, entry in recipe.rewards.items():
+        spec = registry.reward(name)
+        spec.check_options(entry.options)  # names, types, choices and ranges, from the reward's signature
+        for param, column in entry.columns.items():
+            if param not in spec.columns + spec.optional_columns:
+                raise RlvrError(f"rewards.{name}.columns: reward {name!r} takes no column {param!r}")
+        for param in spec.columns:
+            column = entry.columns.get(param, param)
+            if column not in columns:
+                raise RlvrError(
+                    f"reward {name!r} needs column {column!r} but task {task.name!r} has only: "
+                    f"{', '.join(sorted(columns))} (map one with rewards.{name}.columns.{param})"
+                )
+
+
+def _check_prompt(registry: Registry, task, prompt: PromptConfig, recipe: Recipe, where: str) -> None:
+    """Fields name the task's columns, the template has one, and no reward's gold is shown."""
+    columns = set(task.columns)
+    used = template_fields(prompt, columns)
+    missing = sorted(used - columns)
+    if missing:
+        raise RlvrError(
+            f"{where}prompt uses {{{{{missing[0]}}}}} but task {task.name!r} has no such column"
+            f"{did_you_mean(missing[0], columns)}; columns: {', '.join(sorted(columns))}"
+        )
+    if not fields(prompt.template):
+        raise RlvrError(f"{where}prompt.template has no {{{{column}}}} field: every prompt would be the same "
+                        f"(columns: {', '.join(sorted(columns))})")
+    gold = {}
+    for name, entry in recipe.rewards.items():
+        for param in registry.reward(name).gold_columns:
+            gold.setdefault(entry.columns.get(param, param), name)
+    allowed = set(prompt.gold_in_prompt)
+    for column in sorted(allowed - set(gold)):
+        raise RlvrError(f"{where}prompt.gold_in_prompt: {column!r} is not a gold column of the recipe's rewards"
+                        f" (gold: {', '.join(sorted(gold)) or 'none'})")
+    for column in sorted(used & set(gold) - allowed):
+        raise RlvrError(
+            f"{where}prompt shows {{{{{column}}}}}, the gold answer reward {gold[column]!r} checks against: "
+            f"the model would be trained with the answer in its prompt; if that is intended, "
+            f"add it to {where}prompt.gold_in_prompt"
+        )
+
+
+def _check_task_options(task, options: dict, where: str) -> dict:
+    """A task's options are its loader's keyword-only parameters (but ``data_dir``)."""
+    return _check_options(task.fn, task.name, "task", task.plugin, options, f"{where}task.options")
+
+
+def _check_options(fn, name: str, kind: str, plugin: str, options: dict, where: str) -> dict:
+    """Options of a task loader or an environment's ``make``: its keyword-only parameters (but
+    ``data_dir``), checked from their annotations as reward options are; with ``**kwargs`` it
+    takes other names too."""
+    params = inspect.signature(fn).parameters
+    open_ended = any(p.kind is p.VAR_KEYWORD for p in params.values())
+    allowed = {n: p.default for n, p in params.items() if p.kind is p.KEYWORD_ONLY and n != "data_dir"}
+    for option in options:
+        if option not in allowed and not open_ended:
+            raise RlvrError(
+                f"{where}: {kind} {name!r} has no option {option!r}"
+                f"{did_you_mean(option, allowed)}; options: {', '.join(allowed) or 'none'}"
+            )
+    try:
+        checker = option_checker(name, fn, allowed, kind=kind)
+    except TypeError as exc:
+        raise RlvrError(f"plugin {plugin!r}: {kind} {name!r}: {exc}") from None
+    try:
+        return checker.check({k: v for k, v in options.items() if k in allowed})
+    except RlvrError as exc:
+        raise RlvrError(f"{where}: {exc}") from None
+
+
+def _check_correctness(recipe: Recipe) -> None:
+    correctness = recipe.eval.correctness_reward
+    if correctness is not None and correctness not in recipe.rewards:
+        raise RlvrError(
+            f"eval.correctness_reward {correctness!r} is not among the recipe's rewards"
+            f"{did_you_mean(correctness, recipe.rewards)}"
+        )
+
+
+def task_rows(task, ref: TaskRef, split: str, root: Path) -> Iterator[dict]:
+    """A task's rows; a loader that raises (a plugin's bug, a missing file) or yields a
+    non-mapping becomes one ``RlvrError`` line naming the task, its plugin and the split."""
+    where = f"task {task.name!r} (plugin {task.plugin!r}) split {split!r}"
+    rows = None
+    try:
+        rows = iter(task.fn(split, data_dir=root, **ref.options))
+        for number, row in enumerate(rows, 1):
+            if not isinstance(row, Mapping):
+                raise RlvrError(f"{where}: row {number} is a {type(row).__name__}, not a mapping of columns")
+            yield row
+    except RlvrError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the plugin's failure, reported as the user sees it
+        message = " ".join(str(exc).split()) or "(no message)"
+        raise RlvrError(f"{where}: loading failed: {type(exc).__name__}: {message[:300]}") from exc
+    finally:
+        close = getattr(rows, "close", None)
+        if close is not None:
+            close()
+
+
+def load_rows(registry: Registry, ref: TaskRef, split: str, limit: int | None = None) -> list[dict]:
+    """The first ``limit`` rows (None: all) of a task's split; an empty split is an error."""
+    rows = []
+    for row in task_rows(registry.task(ref.name), ref, split, data_dir()):
+        rows.append(row)
+        if limit and len(rows) >= limit:
+            break
+    if not rows:
+        raise RlvrError(f"task {ref.name!r} split {split!r} has no rows")
+    return rows
+
+
+def peek_rows(recipe: Recipe, registry: Registry, root: Path) -> None:
+    """Read the first row of the train and eval splits and check the columns are really there."""
+    for ref, split in ((recipe.task, recipe.data.train_split), (recipe.eval_task, recipe.eval_split)):
+        task = registry.task(ref.name)
+        first = next(task_rows(task, ref, split, root), None)
+        if first is None:
+            raise RlvrError(f"task {task.name!r} split {split!r} is empty")
+        missing = sorted(set(task.columns) - set(first))
+        if missing:
+            raise RlvrError(f"task {task.name!r} split {split!r}: rows lack column {missing[0]!r}")

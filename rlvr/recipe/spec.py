@@ -1,0 +1,364 @@
+"""The recipe schema: every section and setting a recipe may have, with its default and range.
+
+Strict: an unknown key, a wrong type, a number out of range or not finite is refused when the
+recipe loads (``rlvr.recipe.load``), and the batch shapes are checked against each other. The
+names a recipe gives (task, rewards, environment) are checked by ``rlvr.recipe.resolve``.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Iterable, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from rlvr import RlvrError
+from rlvr.recipe.template import fields
+
+
+class Strict(BaseModel):
+    # allow_inf_nan=False: "nan" or "1e999" in a float field is refused, not trained with.
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
+
+
+class TaskRef(Strict):
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+
+
+class DataConfig(Strict):
+    train_split: str = "train"
+    eval_split: str = "test"
+    train_limit: int | None = Field(default=None, ge=1)
+    seed: int = 0
+    # Prompts (after system prompt and chat template) longer than this are dropped and counted,
+    # or refused (also by `rlvr validate --data`); the sampler's context is sized from the
+    # longest prompt kept. None: keep all, and size the context from the longest.
+    max_prompt_tokens: int | None = Field(default=None, ge=1)
+    overlong_prompts: Literal["drop", "error"] = "drop"
+
+
+class PromptConfig(Strict):
+    # {{column}} fields over the task's columns; every other brace is literal (rlvr/recipe/template.py).
+    template: str
+    system: str | None = None
+    chat_template: bool = True
+    # Columns a reward checks against (its gold answer) that the prompt may show all the same.
+    gold_in_prompt: list[str] = Field(default_factory=list)
+
+
+class RewardEntry(Strict):
+    weight: float = 1.0
+    options: dict[str, Any] = Field(default_factory=dict)
+    # reward parameter -> dataset column, when the names differ
+    columns: dict[str, str] = Field(default_factory=dict)
+
+
+class ModelConfig(Strict):
+    name: str = "smollm2-135m-instruct"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    gradient_checkpointing: bool = False
+    lora: LoraConfig | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _local_folder_exists(cls, value: str) -> str:
+        # Checked here, not when the model loads minutes later. Aliases and hub ids (org/name)
+        # are not paths and need no network to pass.
+        if not value.strip():
+            raise ValueError("empty model name: give an alias, a hub id (org/name) or a folder")
+        if looks_like_path(value) and not os.path.isdir(os.path.expanduser(value)):
+            raise ValueError(
+                f"no model folder at {value!r} (a name starting with /, ./, ../ or ~, or with more "
+                "than one /, is a local folder; hub ids look like org/name)"
+            )
+        return value
+
+
+def looks_like_path(name: str) -> bool:
+    """A model name that can only be a local folder: hub ids are ``name`` or ``org/name``."""
+    return name.startswith(("/", "./", "../", "~")) or name in (".", "..") or name.count("/") > 1
+
+
+class LoraConfig(Strict):
+    r: int = Field(default=16, ge=1)
+    alpha: int = Field(default=32, ge=1)
+    dropout: float = Field(default=0.0, ge=0, lt=1)
+    target_modules: list[str] = Field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
+
+
+def _is_base_url(url: str) -> bool:
+    """``http(s)://host[:port][/]``: where a sampler answers, nothing after it."""
+    from urllib.parse import urlparse
+
+    try:
+        parts = urlparse(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number in 0..65535
+    except ValueError:
+        return False
+    return (parts.scheme in ("http", "https") and bool(parts.hostname) and parts.path in ("", "/")
+            and not (parts.query or parts.fragment or parts.params or any(c.isspace() for c in url)))
+
+
+class ServerConfig(Strict):
+    """``sampling.mode: server``: vLLM in processes of its own (``rlvr.sampling.server``)."""
+
+    # Sampler processes rank 0 starts; trainer rank r sends its prompts to sampler r % count.
+    count: int = Field(default=1, ge=1, le=64)
+    # Running samplers to use instead of starting any (each started with `rlvr sampler RECIPE`).
+    urls: list[str] = Field(default_factory=list)
+    # GPUs (CUDA ids) or, on CPU, cores the sampler processes run on, shared out evenly; none: all.
+    devices: list[int] = Field(default_factory=list)
+    port: int = Field(default=0, ge=0, le=65535)  # first port (then port + 1, ...); 0: free ports
+    timeout_s: float = Field(default=600.0, gt=0)  # deadline of every request and every weight-sync collective
+    start_timeout_s: float = Field(default=900.0, gt=0)  # deadline for a started sampler to answer
+
+
+class SamplingConfig(Strict):
+    backend: Literal["vllm", "hf"] = "vllm"
+    # colocate: vLLM beside each trainer rank (one engine per rank). server: vLLM in processes of
+    # its own, shared by the trainer ranks (sampling.server).
+    mode: Literal["colocate", "server"] = "colocate"
+    server: ServerConfig = Field(default_factory=ServerConfig)
+    # Weights travel to vLLM by collective broadcast in buckets of this many MiB (in-process
+    # vLLM receives the tensors themselves).
+    sync_bucket_mb: int = Field(default=64, ge=1, le=65536)
+    num_generations: int = Field(default=8, ge=2, description="K samples per prompt")
+    # 0: sample, then train, then sync (synchronous). N >= 1: the next step's samples are drawn
+    # while the trainer trains, from weights at most N optimizer steps old (vLLM only: the HF
+    # sampler is the live model being trained).
+    max_staleness: int = Field(default=0, ge=0)
+    # The trainer's log-probs are taken at this temperature too (logits / T), so the loss, KL
+    # and entropy refer to the distribution that was sampled.
+    temperature: float = Field(default=1.0, gt=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    max_tokens: int = Field(default=256, ge=1)
+    # vLLM: fraction of accelerator memory (on CPU: of RAM) it may take; KV cache GiB on CPU.
+    gpu_memory_utilization: float = Field(default=0.3, gt=0, le=1)
+    cpu_kvcache_gib: int = Field(default=2, ge=1)
+    # The sampler's weights: "auto" = bfloat16 on GPUs and on CPUs with bf16 instructions
+    # (AVX512-BF16/AMX), float32 on other CPUs, where vLLM's bf16 matmuls run ~5x slower.
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+
+
+class ClipConfig(Strict):
+    # The ratio is clipped to [1 - eps_low, 1 + eps_high]: eps_low >= 1 leaves no lower bound.
+    eps_low: float = Field(default=0.2, ge=0, lt=1)
+    eps_high: float = Field(default=0.28, ge=0)
+
+
+class KLConfig(Strict):
+    beta: float = Field(default=0.0, ge=0)
+    estimator: Literal["k1", "k2", "k3"] = "k3"
+    target: Literal["reward", "loss"] = "loss"
+
+
+class LengthPenaltyConfig(Strict):
+    kind: Literal["shortest_correct"] = "shortest_correct"
+    weight: float = Field(default=0.1, ge=0)
+    correct_threshold: float = 1.0
+
+
+class DynamicSamplingConfig(Strict):
+    enabled: bool = False
+    max_rounds: int = Field(default=3, ge=1)
+
+
+class ISCorrectionConfig(Strict):
+    # Importance sampling against the sampler's own log-probs (the behaviour policy): tis = per-token
+    # weights min(w, cap); mis = sequences whose geometric-mean ratio leaves [1/cap, cap] are masked;
+    # auto = tis when the sampler's dtype differs from the trainer's, else none.
+    mode: Literal["auto", "none", "tis", "mis"] = "auto"
+    cap: float = Field(default=2.0, gt=1)
+
+
+class AlgorithmConfig(Strict):
+    normalize_advantages: Literal["none", "group_std", "batch_std"] = "none"
+    clip: ClipConfig | None = None
+    ppo_epochs: int = Field(default=1, ge=1)
+    loss_aggregation: Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean"] = "token_mean"
+    kl: KLConfig = Field(default_factory=KLConfig)
+    length_penalty: LengthPenaltyConfig | None = None
+    mask_truncated: bool = False
+    dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
+    is_correction: ISCorrectionConfig = Field(default_factory=ISCorrectionConfig)
+
+
+class TrainerConfig(Strict):
+    steps: int = Field(default=100, ge=1)
+    rollout_batch_size: int = Field(default=32, ge=1, description="completions per step")
+    micro_batch_size: int = Field(default=8, ge=1, description="sequences per forward/backward")
+    # Run each distinct prompt once per micro-batch and its K completions on its cached keys and
+    # values: same loss and gradient, fewer tokens. Off under gradient checkpointing.
+    share_prompts: bool = True
+    lr: float = Field(default=1e-6, gt=0)
+    weight_decay: float = Field(default=0.0, ge=0)
+    warmup_steps: int = Field(default=0, ge=0)
+    schedule: Literal["constant", "linear", "cosine"] = "constant"
+    max_grad_norm: float = Field(default=1.0, gt=0)
+    zero_stage: Literal[0, 1, 2, 3] = 2
+    offload_optimizer: bool = False
+    offload_params: bool = False
+    seed: int = 0
+    save_every: int = Field(default=50, ge=1)
+    keep_last: int = Field(default=2, ge=1)
+    eval_every: int | None = Field(default=None, ge=1)
+    eval_at_start: bool = False  # held-out accuracy before training (written to eval.jsonl)
+    eval_at_end: bool = False
+
+
+class EvalConfig(Strict):
+    split: str | None = None  # default: data.eval_split
+    limit: int | None = Field(default=None, ge=1)
+    k: list[int] = Field(default_factory=lambda: [1])
+    temperature: float = Field(default=0.0, ge=0)
+    max_tokens: int | None = Field(default=None, ge=1)
+    pass_threshold: float = 1.0  # a sample "passes" when its correctness reward is >= this
+    correctness_reward: str | None = None  # default: the recipe's first reward
+    # Evaluate on another task than the one trained on (e.g. train MBPP, evaluate HumanEval).
+    task: TaskRef | None = None
+    prompt: PromptConfig | None = None
+
+    @field_validator("task", mode="before")
+    @classmethod
+    def _task_shorthand(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @field_validator("k")
+    @classmethod
+    def _positive(cls, value: list[int]) -> list[int]:
+        if not value or any(k < 1 for k in value):
+            raise ValueError("k must be a non-empty list of positive integers")
+        return sorted(set(value))
+
+
+class EnvironmentConfig(Strict):
+    """A multi-turn environment (``rlvr_register_environments``): each sample is an episode."""
+
+    name: str
+    options: dict[str, Any] = Field(default_factory=dict)
+    max_turns: int = Field(default=4, ge=1, le=1000)  # policy turns per episode
+    # Tokens after the prompt per episode, the policy's and the environment's; default
+    # sampling.max_tokens (each policy turn is also capped at sampling.max_tokens).
+    max_tokens: int | None = Field(default=None, ge=1)
+
+
+class Recipe(Strict):
+    name: str
+    description: str = ""
+    task: TaskRef
+    data: DataConfig = Field(default_factory=DataConfig)
+    prompt: PromptConfig
+    rewards: dict[str, RewardEntry]
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    sampling: SamplingConfig = Field(default_factory=SamplingConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+    eval: EvalConfig = Field(default_factory=EvalConfig)
+    environment: EnvironmentConfig | None = None
+    # Named sets of overrides, e.g. a CPU-sized variant: `rlvr train RECIPE --profile cpu`.
+    profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("task", mode="before")
+    @classmethod
+    def _task_shorthand(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @field_validator("environment", mode="before")
+    @classmethod
+    def _environment_shorthand(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @field_validator("rewards", mode="before")
+    @classmethod
+    def _reward_shorthand(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: ({"weight": v} if isinstance(v, (int, float)) and not isinstance(v, bool) else v) for k, v in value.items()}
+        return value
+
+    @field_validator("rewards")
+    @classmethod
+    def _some_rewards(cls, value: dict) -> dict:
+        if not value:
+            raise ValueError("name at least one reward")
+        if all(entry.weight == 0 for entry in value.values()):
+            raise ValueError(
+                "every reward has weight 0: the total reward would always be 0; give one a non-zero weight"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _batch_shapes(self) -> Recipe:
+        k, t = self.sampling.num_generations, self.trainer
+        if t.rollout_batch_size % k:
+            raise ValueError(
+                f"trainer.rollout_batch_size ({t.rollout_batch_size}) must be divisible by "
+                f"sampling.num_generations ({k}): each prompt gets K samples"
+            )
+        if t.rollout_batch_size % t.micro_batch_size:
+            raise ValueError(
+                f"trainer.micro_batch_size ({t.micro_batch_size}) must divide "
+                f"trainer.rollout_batch_size ({t.rollout_batch_size})"
+            )
+        if self.model.lora and t.zero_stage == 3:
+            raise ValueError("model.lora with trainer.zero_stage 3 is not supported: use stage 0-2 for LoRA")
+        srv = self.sampling.server
+        if self.sampling.mode == "server" and self.sampling.backend == "hf":
+            raise ValueError("sampling.mode: server needs sampling.backend: vllm (the HF sampler is the trainer's own model)")
+        if srv.urls and (srv.devices or srv.port):
+            raise ValueError("sampling.server.urls names running samplers: drop sampling.server.devices and .port")
+        if srv.devices and len(srv.devices) % (len(srv.urls) or srv.count):
+            raise ValueError(f"sampling.server.devices ({len(srv.devices)}) must split evenly over "
+                             f"sampling.server.count ({srv.count}) samplers")
+        if len(set(srv.devices)) != len(srv.devices) or any(d < 0 for d in srv.devices):
+            raise ValueError("sampling.server.devices: distinct device (or core) numbers >= 0")
+        for url in srv.urls:
+            if not _is_base_url(url):
+                raise ValueError(f"sampling.server.urls: {url!r} is not a base address like http://host:8000")
+        if len({u.rstrip("/") for u in srv.urls}) != len(srv.urls):
+            raise ValueError("sampling.server.urls names a sampler twice")
+        if self.sampling.max_staleness and self.sampling.backend == "hf":
+            raise ValueError("sampling.max_staleness >= 1 needs sampling.backend: vllm (the HF sampler generates "
+                             "with the very weights being trained, so it cannot run ahead)")
+        return self
+
+    @property
+    def episode_tokens(self) -> int:
+        """Tokens a sample may have after its prompt: one completion, or a whole episode."""
+        env = self.environment
+        return env.max_tokens or self.sampling.max_tokens if env else self.sampling.max_tokens
+
+    @property
+    def eval_tokens(self) -> int:
+        """New tokens per eval sample: ``eval.max_tokens``, else ``sampling.max_tokens``."""
+        return self.eval.max_tokens or self.sampling.max_tokens
+
+    @property
+    def prompts_per_step(self) -> int:
+        return self.trainer.rollout_batch_size // self.sampling.num_generations
+
+    @property
+    def eval_task(self) -> TaskRef:
+        return self.eval.task or self.task
+
+    @property
+    def eval_prompt(self) -> PromptConfig:
+        return self.eval.prompt or self.prompt
+
+    @property
+    def eval_split(self) -> str:
+        return self.eval.split or self.data.eval_split
+
+
+def template_fields(prompt: PromptConfig, columns: Iterable[str] | None = None) -> set[str]:
+    """Dataset columns a prompt's system text and template refer to (``{{column}}``)."""
+    found = set()
+    for where, text in (("template", prompt.template), ("system", prompt.system or "")):
+        try:
+            found.update(fields(text, columns))
+        except RlvrError as exc:
+            raise RlvrError(f"prompt.{where}: {exc}") from None
+    return found
+
+
+ModelConfig.model_rebuild()

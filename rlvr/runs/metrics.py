@@ -1,0 +1,186 @@
+"""Step metrics: named sums reduced over ranks by name, the row written to ``metrics.jsonl``
+(and TensorBoard), and the one line a step prints.
+
+A rank reports plain sums (``reward_sum``, ``tokens``, ...); ``reduce_sums`` adds them up over
+ranks name by name, and ``step_row`` turns the totals into the means a user reads.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import zlib
+from pathlib import Path
+from typing import Iterable, Mapping
+
+
+def is_maximum(name: str) -> bool:
+    """Figures named ``*_max`` combine by taking the largest (over micro-batches, sampling rounds
+    and ranks); every other figure is a sum."""
+    return name.endswith("_max")
+
+
+def add_sums(total: Mapping[str, float] | None, more: Mapping[str, float]) -> dict[str, float]:
+    """``total`` and ``more`` combined name by name: added, or the larger for ``*_max`` names."""
+    out = dict(total or {})
+    for name, value in more.items():
+        out[name] = value if name not in out else max(out[name], value) if is_maximum(name) else out[name] + value
+    return out
+
+
+def reduce_sums(stats: Mapping[str, float]) -> dict[str, float]:
+    """Each named value combined over ranks as :func:`add_sums` combines it (summed, or the
+    largest for ``*_max`` names).
+
+    Every rank must pass the same names: a checksum of them travels with the values and a
+    mismatch raises instead of adding unrelated numbers together.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return dict(stats)
+    import torch
+
+    if "episodes" in stats:  # environments report metrics of their own: the union of every rank's names
+        names: list = [None] * dist.get_world_size()
+        dist.all_gather_object(names, sorted(n for n in stats if n.startswith("env/")))
+        stats = {**dict.fromkeys((n for ns in names for n in ns), 0.0), **stats}
+
+    maxima = {n for n in stats if is_maximum(n)}
+    names = sorted(stats)
+    check = float(zlib.crc32("\0".join(names).encode()))
+    summed = torch.tensor([check] + [0.0 if n in maxima else float(stats[n]) for n in names], dtype=torch.float64)
+    dist.all_reduce(summed)
+    if summed[0].item() != check * dist.get_world_size():
+        raise RuntimeError(f"ranks reduced different metric names (this rank: {names})")
+    out = dict(zip(names, summed[1:].tolist()))
+    if maxima:
+        largest = torch.tensor([float(stats[n]) for n in sorted(maxima)], dtype=torch.float64)
+        dist.all_reduce(largest, op=dist.ReduceOp.MAX)
+        out.update(zip(sorted(maxima), largest.tolist()))
+    return out
+
+
+def rollout_sums(rollout) -> dict[str, float]:
+    """A rollout's contribution to the step's sums (rewards, lengths, per-reward values)."""
+    scored = [r for r in rollout.rewards if r is not None]
+    lengths = rollout.lengths
+    sums = {
+        "reward_sum": sum(scored), "reward_sq": sum(r * r for r in scored), "reward_n": len(scored),
+        "reward_errors": rollout.reward_errors, "seqs": len(lengths), "len_sum": sum(lengths),
+        "len_max": max(lengths, default=0), "truncated": sum(rollout.truncated), "rounds": rollout.rounds,
+    }
+    for name in rollout.reward_names:
+        values = [v for v in rollout.reward_values[name] if v is not None]
+        sums[f"reward/{name}/sum"], sums[f"reward/{name}/n"] = sum(values), len(values)
+    if rollout.episodes is not None:
+        sums.update(rollout.episodes)
+    return sums
+
+
+def _ratio(a: float, b: float, empty: float = 0.0) -> float:
+    return a / b if b else empty
+
+
+def step_row(step: int, s: Mapping[str, float], *, world: int, reward_names: Iterable[str],
+             times: Mapping[str, float], lr: float, grad_norm: float, staleness: int = 0) -> dict:
+    """The metrics row of one step from sums over all ranks (``rollout_sums`` plus the update's)."""
+    mean = _ratio(s["reward_sum"], s["reward_n"], math.nan)
+    row = {
+        "step": step,
+        "reward_mean": mean,
+        "reward_std": math.sqrt(max(0.0, s["reward_sq"] / s["reward_n"] - mean * mean)) if s["reward_n"] else math.nan,
+        "zero_variance_frac": _ratio(s["zero_variance"], s["groups"]),
+        "too_few_scorable_groups": int(s["too_few_scorable"]),
+        "unscorable": int(s["unscorable"]),
+        "reward_errors": int(s["reward_errors"]),
+        "loss": s["loss"],
+        "kl": _ratio(s["kl"], s["tokens"]),
+        "clip_low_frac": _ratio(s["clip_low"], s["tokens"]),
+        "clip_high_frac": _ratio(s["clip_high"], s["tokens"]),
+        "entropy": _ratio(s["entropy"], s["tokens"]),
+        "completion_len_mean": _ratio(s["len_sum"], s["seqs"]),
+        "completion_len_max": int(s["len_max"]),
+        "truncated_frac": _ratio(s["truncated"], s["seqs"]),
+        "grad_norm": grad_norm,
+        "lr": lr,
+        **{f"time_{name}": value for name, value in times.items()},
+        "tokens_per_s": _ratio(s["len_sum"], times.get("generate", 0.0)),
+        "sampling_rounds": s["rounds"] / world,
+        "staleness": staleness,  # optimizer steps between the sampler's weights and the trainer's
+    }
+    for name in ("wait_samples", "wait_weights", "sync"):  # as fractions of the step, too
+        if name in times and times.get("step"):
+            row[f"{name}_frac"] = times[name] / times["step"]
+    for name in reward_names:
+        row[f"reward/{name}"] = _ratio(s[f"reward/{name}/sum"], s[f"reward/{name}/n"], math.nan)
+    if "episodes" in s:  # per episode: turns, tokens (the environment's vs the policy's), tool figures
+        n = s["episodes"]
+        row.update({
+            "env_turns_mean": _ratio(s["env_turns"], n), "env_turns_max": int(s["env_turns_max"]),
+            "env_tokens_mean": _ratio(s["env_tokens"], n), "policy_tokens_mean": _ratio(s["env_policy_tokens"], n),
+            "env_errors": int(s["env_errors"]), "env_seconds_mean": _ratio(s["env_seconds"], n),
+        })
+        for name in sorted(k for k in s if k.startswith("env/")):
+            row[name] = _ratio(s[name], n)
+    if "is_tokens" in s:  # the sampler's log-probs came back: its mismatch with the trainer
+        row.update({
+            "is_weight_mean": _ratio(s["is_weight"], s["is_tokens"]),
+            "is_weight_max": s["is_weight_max"],
+            "is_capped_frac": _ratio(s["is_capped"], s["is_tokens"]),
+            "is_masked_frac": _ratio(s["is_masked"], s["is_seqs"]),
+            "mismatch_k3": _ratio(s["mismatch_k3"], s["is_tokens"]),
+        })
+    return row
+
+
+def step_line(row: Mapping, total: int) -> str:
+    """The one line a step prints."""
+    return (f"step {row['step'] + 1}/{total}  reward {row['reward_mean']:.3f}  len {row['completion_len_mean']:.1f}  "
+            f"truncated {row['truncated_frac']:.2f}  zero-var {row['zero_variance_frac']:.2f}  kl {row['kl']:.4f}  "
+            f"loss {row['loss']:+.4f}  {row['time_step']:.1f} s")
+
+
+class MetricsLog:
+    """metrics.jsonl: exactly one row per step, also across kill -9 and --resume."""
+
+    def __init__(self, path: Path, enabled: bool):
+        self.path, self.enabled = path, enabled
+        self.tb = None
+
+    def truncate_to(self, next_step: int) -> None:
+        """Keep rows of steps before ``next_step`` (a resumed run redoes the rest)."""
+        if not self.enabled or not self.path.exists():
+            return
+        keep = []
+        for line in self.path.read_text().splitlines():
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a row cut short by a kill
+            if isinstance(row, dict) and row.get("step", math.inf) < next_step:
+                keep.append(line)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in keep))
+        os.replace(tmp, self.path)
+
+    def write(self, row: dict) -> None:
+        if not self.enabled:
+            return
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        if self.tb is None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self.tb = SummaryWriter(str(self.path.parent / "tensorboard"))
+            except Exception:  # noqa: BLE001 - tensorboard is a convenience
+                self.tb = False
+        if self.tb:
+            for key, value in row.items():
+                if isinstance(value, (int, float)) and key != "step":
+                    self.tb.add_scalar(key, value, row["step"])
+            self.tb.flush()

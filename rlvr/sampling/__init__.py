@@ -1,0 +1,11 @@
+"""Sampling: prompts in, scored-to-be completions out, colocated or from sampler servers.
+
+``prompts`` renders a task's rows into token ids, ``samplers`` holds the samplers (vLLM in-process,
+Hugging Face generate) behind one ``Sampler`` Protocol, ``server`` starts and talks to vLLM in
+processes of its own (``auth``: the run's secret), ``weight_sync`` moves the trainer's weights into
+vLLM in buckets, ``episodes`` runs multi-turn environments turn by turn.
+
+Design notes: docs/sampling.md.
+
+May import: rlvr, rlvr.kit, rlvr.host, rlvr.recipe, rlvr.models.
+"""

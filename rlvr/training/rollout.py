@@ -1,0 +1,248 @@
+"""Rollouts: prompt rows in, scored completions out.
+
+``RolloutProducer.produce(step)`` takes this rank's prompts from its shard of the prompt
+stream, samples K completions for each, scores them with the recipe's rewards and returns a
+``Rollout`` ready for the update. With dynamic sampling (DAPO) groups whose rewards are all
+equal are sampled again, from fresh prompts of the same shard, up to ``max_rounds``.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+from rlvr.rewards.runner import BoundReward, score_batch
+from rlvr.runs.metrics import add_sums
+from rlvr.sampling.episodes import unscore_failed
+from rlvr.sampling.prompts import PromptSet
+from rlvr.sampling.samplers import Completion, Sampler
+
+
+class PromptStream:
+    """Row indices in an epoch-wise shuffled order, shared out between ranks.
+
+    Position ``g`` of the global order belongs to rank ``g % world``: the ranks of one step read
+    disjoint prompts, and a rank that needs more (dynamic sampling) reads further along its own
+    shard, so no rank's refill depends on another's. ``position`` counts what this rank has
+    taken; it is checkpointed per rank for an exact resume.
+    """
+
+    def __init__(self, size: int, seed: int, rank: int = 0, world: int = 1, position: int = 0):
+        self.size, self.seed, self.rank, self.world, self.position = size, seed, rank, world, position
+        self._epoch, self._order = -1, []
+
+    def take(self, count: int) -> list[int]:
+        out = []
+        for _ in range(count):
+            epoch, offset = divmod(self.position * self.world + self.rank, self.size)
+            if epoch != self._epoch:
+                self._epoch, self._order = epoch, list(range(self.size))
+                random.Random(self.seed * 1_000_003 + epoch).shuffle(self._order)
+            out.append(self._order[offset])
+            self.position += 1
+        return out
+
+
+@dataclass
+class Rollout:
+    """Scored groups of K completions; sequence ``i`` belongs to group ``i // group_size``."""
+
+    group_size: int
+    prompt_ids: list[list[int]]  # one per group
+    completions: list[Completion]
+    rewards: list[float | None]  # weighted total per completion; None: unscorable
+    reward_values: dict[str, list[float | None]]  # per reward, per completion
+    reward_errors: int = 0  # samples a raising reward could not score
+    rounds: int = 1
+    time_generate: float = 0.0
+    time_score: float = 0.0
+    policy_version: int = 0  # optimizer steps the sampler's weights had taken when it sampled these
+    stream_position: int = 0  # this rank's prompt-stream position after taking these prompts
+    episodes: dict[str, float] | None = None  # sums over the episodes (rlvr.sampling.episodes.episode_sums)
+    time_env: float = 0.0  # wall seconds waiting for the environments (part of time_generate)
+
+    @property
+    def reward_names(self) -> list[str]:
+        return list(self.reward_values)
+
+    @property
+    def seq_prompts(self) -> list[list[int]]:
+        return [self.prompt_ids[i // self.group_size] for i in range(len(self.completions))]
+
+    @property
+    def lengths(self) -> list[int]:
+        """Tokens after each prompt (an episode's: the policy's and the environment's)."""
+        return [len(c.token_ids) for c in self.completions]
+
+    @property
+    def policy_lengths(self) -> list[int]:
+        """Tokens the policy sampled, per sequence: what the loss and length penalties count."""
+        return [c.policy_tokens for c in self.completions]
+
+    @property
+    def truncated(self) -> list[bool]:
+        return [c.truncated for c in self.completions]
+
+
+def zero_variance(values: Sequence[float | None]) -> bool:
+    """A group whose (two or more) scorable rewards are all equal: no learning signal."""
+    scored = [v for v in values if v is not None]
+    return len(scored) >= 2 and max(scored) == min(scored)
+
+
+class RolloutProducer:
+    """Samples and scores this rank's share of every step's prompts."""
+
+    def __init__(self, sampler: Sampler, rewards: Sequence[BoundReward], prompts: PromptSet, stream: PromptStream,
+                 *, groups: int, sampling, dynamic_sampling, seed: int, rank: int = 0, logprobs: bool = False,
+                 episodes=None):
+        """``logprobs``: ask the sampler for each sampled token's log-prob (importance sampling);
+        ``episodes``: an ``rlvr.sampling.episodes.EpisodeRunner`` when each sample is an episode."""
+        self.sampler, self.rewards, self.prompts, self.stream = sampler, list(rewards), prompts, stream
+        self.groups, self.sampling, self.dynamic, self.seed, self.rank = groups, sampling, dynamic_sampling, seed, rank
+        self.logprobs, self.episodes = logprobs, episodes
+
+    def _sample(self, wanted: list[int], k: int, seed: int):
+        """(completions grouped by prompt, rows for the rewards, episode sums or None)."""
+        prompt_ids = [self.prompts.prompts[i].ids for i in wanted]
+        rows = [self.prompts.rows[i] for i in wanted]
+        options = dict(n=k, temperature=self.sampling.temperature, top_p=self.sampling.top_p,
+                       max_tokens=self.sampling.max_tokens, seed=seed, logprobs=self.logprobs)
+        if self.episodes is None:
+            return self.sampler.generate(prompt_ids, **options), [r for r in rows for _ in range(k)], None
+        return self.episodes.sample(self.sampler, rows, prompt_ids, **options)
+
+    def produce(self, step: int) -> Rollout:
+        k = self.sampling.num_generations
+        kept: list[tuple[int, list[Completion], list[float | None], dict[str, list]]] = []
+        errors = rounds = 0
+        t_gen = t_score = 0.0
+        episodes: dict[str, float] | None = None
+        wanted = self.stream.take(self.groups)
+        while wanted:
+            rounds += 1
+            last_round = not self.dynamic.enabled or rounds >= self.dynamic.max_rounds
+            t0 = time.perf_counter()
+            outs, rows, sums = self._sample(wanted, k, self.seed * 1_000_003 + step * 1_009 + rounds * 101 + self.rank)
+            t1 = time.perf_counter()
+            flat = [c for group in outs for c in group]
+            scored = score_batch(
+                self.rewards, [self.prompts.prompts[i].text for i in wanted for _ in range(k)],
+                [c.text for c in flat], [c.token_ids for c in flat], rows)
+            t_gen, t_score = t_gen + t1 - t0, t_score + time.perf_counter() - t1
+            errors += sum(scored.errors.values())
+            if sums is not None:
+                unscore_failed(scored, rows)
+                episodes = add_sums(episodes, sums)
+            for g, index in enumerate(wanted):
+                part = slice(g * k, (g + 1) * k)
+                if not last_round and zero_variance(scored.total[part]):
+                    continue
+                kept.append((index, flat[part], scored.total[part], {n: scored.values[n][part] for n in scored.names}))
+            wanted = [] if last_round else self.stream.take(self.groups - len(kept))
+        names = [r.name for r in self.rewards]
+        return Rollout(
+            group_size=k,
+            prompt_ids=[self.prompts.prompts[index].ids for index, *_ in kept],
+            completions=[c for _, cs, _, _ in kept for c in cs],
+            rewards=[r for _, _, rs, _ in kept for r in rs],
+            reward_values={n: [v for *_, vals in kept for v in vals[n]] for n in names},
+            reward_errors=errors, rounds=rounds, time_generate=t_gen, time_score=t_score,
+            stream_position=self.stream.position, episodes=episodes,
+            time_env=episodes.pop("time_env", 0.0) if episodes else 0.0,
+        )
+
+
+class Pipeline:
+    """Rollouts for the trainer, synchronous or drawn one step ahead on the sampler's own weights.
+
+    ``max_staleness`` 0: ``take(step)`` samples and scores, the trainer trains, ``publish``
+    syncs the new weights at once: the synchronous loop. ``max_staleness`` >= 1 (one step off
+    the policy): while the trainer trains on step s, a background thread samples and scores step
+    s + 1 with the weights the trainer had at the start of step s. ``publish`` only records the
+    trainer's new version; ``take(s + 1)`` waits for the rollout drawn ahead, syncs the new
+    weights into the now idle sampler and starts drawing step s + 2. So every rollout is exactly
+    one optimizer step old, within any ``max_staleness`` >= 1 (one batch in flight: with one
+    sampler, drawing further ahead adds no throughput). Every sync runs on the trainer's thread
+    (collectives under ZeRO-3 stay in order across ranks); the thread only generates and scores.
+
+    Times per step: ``wait_samples`` (the trainer blocked on the rollout), ``wait_weights``
+    (the sampler idle between finishing one rollout and starting the next), ``sync``.
+    """
+
+    def __init__(self, producer: RolloutProducer, sync, *, max_staleness: int, total_steps: int, version: int):
+        """``sync()`` pushes the trainer's weights into the sampler and returns the seconds it took;
+        ``version``: optimizer steps the sampler's weights have taken (the start step)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        self.producer, self.sync, self.max_staleness, self.total = producer, sync, max_staleness, total_steps
+        self.sampler_version = self.trainer_version = version
+        self.pending = None  # (step, future) of the rollout being drawn ahead
+        self.finished_at = None  # when the sampler last went idle
+        self.times: dict[str, float] = {}
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rlvr-rollout") if max_staleness else None
+
+    def take(self, step: int) -> Rollout:
+        """The rollout the trainer trains on at ``step``."""
+        self.times = {"wait_samples": 0.0, "wait_weights": 0.0, "sync": 0.0}
+        if self._pool is None:
+            rollout = self.producer.produce(step)
+            rollout.policy_version = self.sampler_version
+            self.times["wait_samples"] = rollout.time_generate + rollout.time_score
+            return rollout
+        if self.pending is None or self.pending[0] != step:
+            self._start(step)
+        start = time.perf_counter()
+        rollout = self.pending[1].result()
+        self.times["wait_samples"] = time.perf_counter() - start
+        self.pending = None
+        self._sync_if_behind()
+        if step + 1 < self.total:
+            self._start(step + 1)
+        if step - rollout.policy_version > self.max_staleness:  # cannot happen with one batch in flight
+            raise RuntimeError(f"rollout of step {step} was drawn at policy version {rollout.policy_version}, "
+                               f"more than sampling.max_staleness={self.max_staleness} steps old")
+        return rollout
+
+    def publish(self, version: int) -> float:
+        """The trainer's weights reached ``version``; synchronous mode syncs now (seconds taken)."""
+        self.trainer_version = version
+        if self._pool is None:
+            return self._sync_if_behind()
+        return 0.0
+
+    def quiesce(self) -> float:
+        """Wait for the sampler to be idle and give it the newest weights (before an evaluation
+        uses it, and at the end); the rollout drawn ahead, if any, is kept."""
+        if self.pending is not None:
+            self.pending[1].exception()  # wait; its errors surface in take()
+        return self._sync_if_behind()
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    def _sync_if_behind(self) -> float:
+        if self.sampler_version == self.trainer_version:
+            return 0.0
+        seconds = self.sync()
+        self.sampler_version = self.trainer_version
+        self.times["sync"] = self.times.get("sync", 0.0) + seconds
+        return seconds
+
+    def _start(self, step: int) -> None:
+        if self.finished_at is not None:
+            self.times["wait_weights"] = time.perf_counter() - self.finished_at
+        version = self.sampler_version
+
+        def draw() -> Rollout:
+            try:
+                rollout = self.producer.produce(step)
+                rollout.policy_version = version
+                return rollout
+            finally:
+                self.finished_at = time.perf_counter()
+
+        self.pending = (step, self._pool.submit(draw))
