@@ -124,14 +124,20 @@ def skyrl_cases(args) -> list[Case] | None:
     return cases
 
 
-def hendrycks_cases(args) -> list[Case] | None:
-    source = _github_file(args, "hendrycks/math", "modeling/math_equivalence_test.py")
+def _test_functions(args, repo: str, path: str) -> list[ast.FunctionDef] | None:
+    """The function definitions of a test file on GitHub, or None when it cannot be had."""
+    source = _github_file(args, repo, path)
     if source is None:
         return None
+    return [node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.FunctionDef)]
+
+
+def hendrycks_cases(args) -> list[Case] | None:
+    functions = _test_functions(args, "hendrycks/math", "modeling/math_equivalence_test.py")
+    if functions is None:
+        return None
     cases = []
-    for function in ast.walk(ast.parse(source)):
-        if not isinstance(function, ast.FunctionDef):
-            continue
+    for function in functions:
         values = {t.id: _literal(n.value) for n in function.body if isinstance(n, ast.Assign)
                   for t in n.targets if isinstance(t, ast.Name)}
         for node in ast.walk(function):
@@ -142,13 +148,11 @@ def hendrycks_cases(args) -> list[Case] | None:
 
 
 def rllm_cases(args) -> list[Case] | None:
-    source = _github_file(args, "rllm-org/rllm", "tests/rewards/test_math_reward.py")
-    if source is None:
+    functions = _test_functions(args, "rllm-org/rllm", "tests/rewards/test_math_reward.py")
+    if functions is None:
         return None
     cases = []
-    for function in ast.walk(ast.parse(source)):
-        if not isinstance(function, ast.FunctionDef):
-            continue
+    for function in functions:
         response = gold = expected = None
         for node in ast.walk(function):
             if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "model_response":

@@ -186,3 +186,12 @@ def test_every_package_is_in_the_distribution():
         for init in folder.rglob("__init__.py"):
             found.add(".".join([name, *init.parent.relative_to(folder).parts]))
     assert found == listed, f"missing from pyproject.toml: {sorted(found - listed)}; listed but absent: {sorted(listed - found)}"
+
+
+def test_the_toolkit_exports_what_it_documents():
+    import rlvr.kit as kit
+
+    doc = kit.__doc__ or ""
+    for name in kit.__all__:
+        assert getattr(kit, name, None) is not None, f"rlvr.kit.__all__ names {name}, which it lacks"
+        assert f"``{name}``" in doc, f"rlvr.kit's docstring does not describe {name}"
