@@ -39,7 +39,9 @@ tasks/demo.yaml), TRL as this script with ``--_trl-worker``. Per side it reports
   trainer's wait for samples and the sampler's wait for weights, each as a fraction of step
   time (summed over steps, divided by the summed step time), and the staleness of the
   samples (optimizer steps between the sampler's weights and the trainer's: mean, max).
-  For ``rlvr`` the wait for samples is its generation and scoring time.
+  For ``rlvr`` the wait for samples is its generation and scoring time. Also the trainer's
+  share of the step, the fraction of sequences it skipped (advantage 0: no gradient, not
+  forwarded) and the padding among the tokens it put through the model (``metrics.jsonl``).
 
 Targets (from the issue, on CPU): rlvr <= 0.33x TRL's time per step at equal or better
 reward; weight sync <= 10% of step time. Both are checked for each rlvr side. Run from the
@@ -256,6 +258,9 @@ def run_rlvr(a: argparse.Namespace, work: Path, side: str) -> dict[str, Any]:
         "staleness": [r["staleness"] for r in rows],
         "reward": [r["reward_mean"] for r in rows],
         "completion_len": [r["completion_len_mean"] for r in rows],
+        "skipped": [r.get("skipped_seqs_frac") for r in rows],
+        "padded": [r.get("trainer_padded_frac") for r in rows],
+        "trained_tokens": [r.get("trained_tokens") for r in rows],
     }
 
 
@@ -398,7 +403,7 @@ def _mean(values: list[float]) -> float | None:
 
 def _counted(runs: list[dict[str, Any]], key: str) -> list[Any]:
     """A per-step series pooled over rounds, each run's first step left out."""
-    return [x for r in runs for x in r[key][1:]]
+    return [x for r in runs for x in r.get(key, [])[1:]]
 
 
 def _share(runs: list[dict[str, Any]], key: str) -> float | None:
@@ -435,6 +440,9 @@ def summarize(runs: list[dict[str, Any]], side: str) -> dict[str, Any]:
             "sync_fraction": _share(runs, "sync_s"),
             "wait_samples_fraction": _share(runs, "wait_samples_s"),
             "wait_weights_fraction": _share(runs, "wait_weights_s"),
+            "train_fraction": _share(runs, "train_s"),
+            "skipped_mean": _mean([x for x in _counted(runs, "skipped") if x is not None]),
+            "padded_mean": _mean([x for x in _counted(runs, "padded") if x is not None]),
             "staleness_mean": _mean(staleness),
             "staleness_max": max(staleness, default=None),
         })
@@ -451,7 +459,9 @@ COLUMNS = [("startup s", "startup_s", ".1f"), ("s/step med", "step_s_median", ".
            ("reward(last½)", "reward_last_half", ".3f"), ("len", "completion_len_mean", ".1f"),
            ("peak tree RSS GiB", "peak_tree_rss_gib", ".2f"), ("PSS GiB", "peak_tree_pss_gib", ".2f"),
            ("1-proc RSS GiB", "peak_process_rss_gib", ".2f")]
-LOOP_COLUMNS = [("train s med", "train_s_median", ".2f"), ("sync s med", "sync_s_median", ".3f"),
+LOOP_COLUMNS = [("train s med", "train_s_median", ".2f"), ("train frac", "train_fraction", ".1%"),
+                ("skipped seqs", "skipped_mean", ".1%"), ("padded", "padded_mean", ".1%"),
+                ("sync s med", "sync_s_median", ".3f"),
                 ("sync frac", "sync_fraction", ".1%"), ("wait samples", "wait_samples_fraction", ".1%"),
                 ("wait weights", "wait_weights_fraction", ".1%"), ("stale mean", "staleness_mean", ".2f"),
                 ("stale max", "staleness_max", "d")]

@@ -53,7 +53,8 @@ def run(step_s, **series):
 
 def rlvr_run(step_s, staleness, wait_samples, wait_weights, sync):
     return run(step_s, train_s=[2.0] * len(step_s), staleness=staleness, wait_samples_s=wait_samples,
-               wait_weights_s=wait_weights, sync_s=sync)
+               wait_weights_s=wait_weights, sync_s=sync, skipped=[0.9, 0.5, 0.25][:len(step_s)],
+               padded=[0.3, 0.1, 0.2][:len(step_s)])
 
 
 def test_summarize_pools_loop_figures_after_the_first_step(bench):
@@ -65,6 +66,8 @@ def test_summarize_pools_loop_figures_after_the_first_step(bench):
     assert s["wait_weights_fraction"] == pytest.approx(2.0 / 20.0)
     assert s["sync_fraction"] == pytest.approx(1.0 / 20.0)
     assert (s["staleness_mean"], s["staleness_max"]) == (1.0, 1)
+    assert s["skipped_mean"] == pytest.approx((0.5 + 0.25) / 2) and s["padded_mean"] == pytest.approx(0.15)
+    assert s["train_fraction"] == pytest.approx(8.0 / 20.0)
     assert "staleness_mean" not in bench.summarize([run([30.0, 30.0, 30.0])], "trl")
 
 

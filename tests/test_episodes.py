@@ -282,7 +282,7 @@ def test_the_learner_trains_on_the_policy_tokens_only():
         class Backend:
             policy = module = model
 
-            def backward(self, loss):
+            def backward(self, loss, *, last=False):
                 loss.backward()
 
             def step(self):

@@ -94,7 +94,7 @@ def test_plan_keeps_groups_together_when_prompts_dominate():
     # 4 groups of 4; long prompts, short completions of varied length
     prompts = [200 + g for g in range(4) for _ in range(4)]
     comps = [1, 9, 2, 8, 3, 7, 4, 6, 5, 5, 6, 4, 7, 3, 8, 2]
-    plan = plan_micro_batches(prompts, comps, group_size=4, micro=4, share_prompts=True)
+    plan = plan_micro_batches(prompts, comps, groups=4, micro=4, share_prompts=True)
     _check_plan(plan, 16, 4)
     assert all(len({i // 4 for i in mb}) == 1 for mb in plan)  # one prompt per micro-batch
 
@@ -106,8 +106,124 @@ def test_plan_sorts_by_length_when_completion_padding_dominates():
     prompts = [3] * 16
     comps = [10, 500, 12, 510] * 4
     for share in (True, False):
-        plan = plan_micro_batches(prompts, comps, group_size=4, micro=8, share_prompts=share)
+        plan = plan_micro_batches(prompts, comps, groups=4, micro=8, share_prompts=share)
         _check_plan(plan, 16, 8)
         assert max(comps[i] for i in plan[0]) == 12  # all the short ones together
     # uneven tail: 10 sequences in micro-batches of 4
     _check_plan(plan_micro_batches([5] * 10, list(range(10)), 5, 4, True), 10, 4)
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_plan_cuts_where_padding_costs_more_than_a_micro_batch(share):
+    """With an overhead per micro-batch, the length-sorted order is cut at the least total cost,
+    found exactly (checked against every way to cut it), in micro-batches of at most ``micro``."""
+    import itertools
+    import random
+
+    from rlvr.training.forward import _cut_at_least_cost, plan_cost, plan_micro_batches
+
+    rng = random.Random(0)
+    for _ in range(30):
+        n, micro, overhead = rng.randint(1, 9), rng.randint(1, 5), rng.choice([1, 8, 40])
+        prompts = [rng.randint(20, 40) for _ in range(n)]
+        comps = [rng.randint(1, 64) for _ in range(n)]
+        groups = [rng.randint(0, 2) for _ in range(n)]
+        order = sorted(range(n), key=lambda i: (prompts[i] + comps[i], i))
+
+        def cost(plan):
+            return sum(plan_cost(c, prompts, comps, groups, len(c), share) + overhead for c in plan)
+
+        best = min(cost([order[a:b] for a, b in zip((0,) + cuts, cuts + (n,))])
+                   for k in range(n) for cuts in itertools.combinations(range(1, n), k)
+                   if all(b - a <= micro for a, b in zip((0,) + cuts, cuts + (n,))))
+        found = _cut_at_least_cost(order, prompts, comps, groups, micro, share, overhead)
+        _check_plan(found, n, micro)
+        assert cost(found) == best
+        plan = plan_micro_batches(prompts, comps, groups, micro, share, overhead=overhead)
+        _check_plan(plan, n, micro)
+        assert cost(plan) <= min(cost(found), cost([order[a:a + micro] for a in range(0, n, micro)]))
+    # 16 completions of 4 lengths in one micro-batch of 16 pad to the longest; cut by length they do not
+    comps = [4, 8, 16, 32] * 4
+    one = plan_micro_batches([30] * 16, comps, [0] * 16, 16, share)
+    cut = plan_micro_batches([30] * 16, comps, [0] * 16, 16, share, overhead=16)
+    assert len(one) == 1 and [sorted({comps[i] for i in mb}) for mb in cut] == [[4, 8], [16], [32]]
+
+
+# ------------------------------------------------- log-probs without the batch's full-vocabulary logits
+def _chunked(model, share, temperature, chunk, want_entropy=True):
+    from rlvr.training.forward import completion_hidden, output_head
+    from rlvr.training.losses import head_logprobs
+
+    hidden, ids, mask, (h_last, logits_last) = completion_hidden(model, PROMPTS, COMPLETIONS, pad_id=0, device="cpu",
+                                                                 share_prompts=share)
+    assert torch.allclose(output_head(model)(h_last), logits_last, atol=1e-6)  # the head alone makes the logits
+    return head_logprobs(hidden, output_head(model), ids, mask, temperature=temperature, want_entropy=want_entropy,
+                         chunk_tokens=chunk) + (mask,)
+
+
+def _full(model, share, temperature):
+    from rlvr.training.forward import completion_logits
+    from rlvr.training.losses import token_logprobs_and_entropy
+
+    logits, ids, mask = completion_logits(model, PROMPTS, COMPLETIONS, pad_id=0, device="cpu", share_prompts=share)
+    logp, entropy = token_logprobs_and_entropy(logits / temperature, ids, want_entropy=True)
+    return logp * mask, entropy * mask, mask
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])
+@pytest.mark.parametrize("share", [True, False])
+def test_chunked_head_logprobs_equal_the_full_logits_ones(arch, share):
+    """Same log-probs, entropies and gradient as from the model's logits (float32, 1e-5), with
+    chunks smaller than the batch and larger than it."""
+    expected_grads = None
+    for chunk in (None, 5, 1000):
+        model = _model(arch)
+        if chunk is None:
+            logp, entropy, mask = _full(model, share, temperature=0.7)
+        else:
+            logp, entropy, mask = _chunked(model, share, temperature=0.7, chunk=chunk)
+            assert torch.allclose(logp, expected[0], atol=1e-5), (logp - expected[0]).abs().max()
+            assert torch.allclose(entropy, expected[1], atol=1e-5), (entropy - expected[1]).abs().max()
+            assert float((logp.detach() * (1 - mask)).abs().sum()) == 0.0  # nothing on padding
+        weights = torch.linspace(-1.0, 2.0, logp.shape[0]).unsqueeze(1)  # stand-in advantages
+        (logp * weights * mask).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+        if chunk is None:
+            expected, expected_grads = (logp.detach(), entropy.detach()), grads
+            continue
+        for name, g in expected_grads.items():
+            assert torch.allclose(grads[name], g, atol=1e-5, rtol=1e-4), name
+
+
+def test_a_model_whose_logits_are_not_its_head_falls_back_to_its_logits():
+    """Soft-capped logits (or any change after the head) are noticed on the first call: the
+    learner warns once and takes log-probs from the model's logits."""
+    from rlvr.recipe.spec import AlgorithmConfig
+    from rlvr.training.learner import Learner
+
+    model = _model("qwen2")
+    plain = Learner(None, AlgorithmConfig(), micro_batch_size=8, temperature=1.0, pad_id=0, device="cpu",
+                    share_prompts=True, logprob_chunk_tokens=0)
+    with torch.no_grad():
+        expected, _, _ = plain.logprobs(model, PROMPTS, COMPLETIONS)
+    original = model.forward
+
+    def capped(*args, **kwargs):
+        out = original(*args, **kwargs)
+        out.logits = 2.0 * out.logits  # a scale after the head (Cohere's logit_scale, say)
+        return out
+
+    chunked = Learner(None, AlgorithmConfig(), micro_batch_size=8, temperature=1.0, pad_id=0, device="cpu",
+                      share_prompts=True, logprob_chunk_tokens=4)
+    with torch.no_grad():
+        ok, mask, _ = chunked.logprobs(model, PROMPTS, COMPLETIONS)
+        expected = expected * mask  # the model's logits give values on padding too; they count nowhere
+        assert torch.allclose(ok, expected, atol=1e-5)
+        model.forward = capped
+        other = Learner(None, AlgorithmConfig(), micro_batch_size=8, temperature=1.0, pad_id=0, device="cpu",
+                        share_prompts=True, logprob_chunk_tokens=4)
+        capped_logp, _, _ = other.logprobs(model, PROMPTS, COMPLETIONS)
+        reference, _, _ = plain.logprobs(model, PROMPTS, COMPLETIONS)
+    assert other._head_makes_logits[id(model)] is False
+    assert torch.allclose(capped_logp, reference, atol=1e-6)
+    assert not torch.allclose(capped_logp * mask, expected, atol=1e-3)

@@ -189,8 +189,19 @@ class TrainerConfig(Strict):
     rollout_batch_size: int = Field(default=32, ge=1, description="completions per step")
     micro_batch_size: int = Field(default=8, ge=1, description="sequences per forward/backward")
     # Run each distinct prompt once per micro-batch and its K completions on its cached keys and
-    # values: same loss and gradient, fewer tokens. Off under gradient checkpointing.
+    # values: same loss and gradient, fewer tokens. Off under gradient checkpointing (transformers
+    # drops the key/value cache then).
     share_prompts: bool = True
+    # Sequences whose advantage is exactly 0 add nothing to the loss or the gradient (unless KL
+    # is in the loss): not forwarded at all. Same gradient, less compute; off only to compare.
+    skip_zero_advantage: bool = True
+    # Log-probs from the final hidden states through the output head this many tokens at a time
+    # (padding left out), never the whole batch's full-vocabulary logits; 0: the model's logits.
+    logprob_chunk_tokens: int = Field(default=1024, ge=0)
+    # What one more micro-batch costs, in tokens through the model: micro-batches (at most
+    # micro_batch_size sequences) are cut where the padding saved is worth more. None: 16 on CPU,
+    # 512 on GPU; a large number keeps micro-batches full.
+    micro_batch_overhead_tokens: int | None = Field(default=None, ge=0)
     lr: float = Field(default=1e-6, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
     warmup_steps: int = Field(default=0, ge=0)

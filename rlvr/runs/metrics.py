@@ -105,6 +105,13 @@ def step_row(step: int, s: Mapping[str, float], *, world: int, reward_names: Ite
         "truncated_frac": _ratio(s["truncated"], s["seqs"]),
         "grad_norm": grad_norm,
         "lr": lr,
+        # What the trainer spent: sequences it did not forward (no gradient), the tokens it
+        # trained on, and the padding among the tokens it put through the model.
+        "skipped_seqs_frac": _ratio(s.get("skipped_seqs", 0.0), s["seqs"]),
+        "trained_tokens": int(s["tokens"]),
+        "trainer_padded_frac": 1.0 - _ratio(s.get("real_tokens", 0.0), s.get("forward_tokens", 0.0), 1.0),
+        # 1 when KL is in the loss: every sequence carries gradient, nothing can be skipped.
+        "skip_blocked_by_kl": int(s.get("skip_blocked_by_kl", 0.0) > 0),
         **{f"time_{name}": value for name, value in times.items()},
         "tokens_per_s": _ratio(s["len_sum"], times.get("generate", 0.0)),
         "sampling_rounds": s["rounds"] / world,

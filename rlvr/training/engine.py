@@ -181,10 +181,7 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
                             max_staleness=s.max_staleness, total_steps=t.steps, version=state.step)
         closing.callback(pipeline.close)  # its generation drawn ahead stops before the sampler closes
         pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        learner = Learner(backend, algo, micro_batch_size=t.micro_batch_size, temperature=s.temperature,
-                          pad_id=pad_id, device=device, ref_model=ref_model, is_mode=is_mode,
-                          # transformers drops the key/value cache that prompt sharing needs under checkpointing
-                          share_prompts=t.share_prompts and not recipe.model.gradient_checkpointing)
+        learner = _learner(recipe, backend, ref_model=ref_model, is_mode=is_mode, pad_id=pad_id, device=device)
         evaluate = Evaluator(recipe, rewards, sampler, eval_set, rank, world, output_dir, pipeline,
                              episodes) if eval_set else None
         summary: dict[str, Any] = {"dropped_prompts": train_set.dropped}
@@ -226,6 +223,23 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
             _write_summary(summary, output_dir)
         dist.barrier()
         return summary
+
+
+# What one more micro-batch costs, in tokens through the model (per-call work that does not grow
+# with the tokens), when the recipe does not say: see trainer.micro_batch_overhead_tokens.
+MICRO_BATCH_OVERHEAD = {"cpu": 16, "cuda": 512}
+
+
+def _learner(recipe: Recipe, backend, *, ref_model, is_mode: str, pad_id: int, device) -> Learner:
+    t = recipe.trainer
+    overhead = t.micro_batch_overhead_tokens
+    return Learner(backend, recipe.algorithm, micro_batch_size=t.micro_batch_size,
+                   temperature=recipe.sampling.temperature, pad_id=pad_id, device=device, ref_model=ref_model,
+                   is_mode=is_mode, skip_zero_advantage=t.skip_zero_advantage,
+                   logprob_chunk_tokens=t.logprob_chunk_tokens,
+                   micro_batch_overhead=MICRO_BATCH_OVERHEAD.get(device.type, 512) if overhead is None else overhead,
+                   # transformers drops the key/value cache that prompt sharing needs under checkpointing
+                   share_prompts=t.share_prompts and not recipe.model.gradient_checkpointing)
 
 
 def _importance_sampling(recipe: Recipe, cuda: bool) -> tuple[str, bool]:

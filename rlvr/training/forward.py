@@ -15,35 +15,71 @@ from typing import Sequence
 
 
 def plan_micro_batches(
-    prompt_lens: Sequence[int], completion_lens: Sequence[int], group_size: int, micro: int, share_prompts: bool
+    prompt_lens: Sequence[int], completion_lens: Sequence[int], groups: int | Sequence[int], micro: int,
+    share_prompts: bool, overhead: int = 0,
 ) -> list[list[int]]:
-    """Split sequences ``0..n-1`` (consecutive runs of ``group_size`` share a prompt) into
-    micro-batches of at most ``micro``, ordered to put the fewest tokens through the model.
+    """Split sequences ``0..n-1`` into micro-batches of at most ``micro``, ordered to put the
+    fewest tokens through the model. ``groups``: each sequence's prompt group (sequences of a
+    group share their prompt), or the group size when consecutive runs of that many do.
 
-    Without prompt sharing a micro-batch costs ``B * (longest prompt + longest completion)``,
-    so sorting by length is best. With sharing it costs ``U * longest prompt + B * longest
-    completion`` (U distinct prompts): keeping groups together minimises U, sorting by
-    length minimises completion padding; we take whichever of the two costs less.
+    Without prompt sharing a micro-batch costs ``B * (longest prompt + longest completion)``;
+    with sharing ``U * longest prompt + B * longest completion`` (U distinct prompts). The
+    candidates: whole groups together, or sorted by length, cut every ``micro`` sequences; and
+    with ``overhead`` > 0 (what one more micro-batch costs, in tokens), the length-sorted order
+    cut wherever that puts the fewest tokens plus overheads through the model (exact, by
+    dynamic programming), which trades a few more, smaller micro-batches for less padding.
     """
     n = len(prompt_lens)
+    group = [i // groups for i in range(n)] if isinstance(groups, int) else list(groups)
     total = [prompt_lens[i] + completion_lens[i] for i in range(n)]
     by_length = sorted(range(n), key=lambda i: (total[i], i))
-    if not share_prompts:
-        return [by_length[a : a + micro] for a in range(0, n, micro)]
-    groups = range(-(-n // group_size))
-    group_len = [max(total[g * group_size : (g + 1) * group_size]) for g in groups]
-    by_group = sorted(range(n), key=lambda i: (group_len[i // group_size], i // group_size, total[i], i))
+    group_len: dict[int, int] = {}
+    for i in range(n):
+        group_len[group[i]] = max(group_len.get(group[i], 0), total[i])
+    by_group = sorted(range(n), key=lambda i: (group_len[group[i]], group[i], total[i], i))
+    fixed = [by_group, by_length] if share_prompts else [by_length]  # ties: groups together
+    candidates = [[order[a : a + micro] for a in range(0, n, micro)] for order in fixed]
+    if overhead > 0 and n:
+        candidates.append(_cut_at_least_cost(by_length, prompt_lens, completion_lens, group, micro, share_prompts,
+                                             overhead))
 
-    def cost(order: list[int]) -> int:
-        out = 0
-        for a in range(0, n, micro):
-            chunk = order[a : a + micro]
-            distinct = len({i // group_size for i in chunk})
-            out += distinct * max(prompt_lens[i] for i in chunk) + len(chunk) * max(completion_lens[i] for i in chunk)
-        return out
+    def cost(plan: list[list[int]]) -> int:
+        return sum(plan_cost(chunk, prompt_lens, completion_lens, group, len(chunk), share_prompts) + overhead
+                   for chunk in plan)
 
-    best = min((by_group, by_length), key=cost)  # ties: groups together
-    return [best[a : a + micro] for a in range(0, n, micro)]
+    return min(candidates, key=cost)
+
+
+def _cut_at_least_cost(order, prompt_lens, completion_lens, group, micro, share_prompts, overhead):
+    """``order`` cut into consecutive micro-batches of at most ``micro`` with the least summed
+    ``plan_cost`` + ``overhead`` per micro-batch."""
+    n = len(order)
+    best, cut = [0] + [None] * n, [0] * (n + 1)
+    for end in range(1, n + 1):
+        for start in range(max(0, end - micro), end):
+            chunk = order[start:end]
+            value = best[start] + plan_cost(chunk, prompt_lens, completion_lens, group, len(chunk), share_prompts) \
+                + overhead
+            if best[end] is None or value < best[end]:
+                best[end], cut[end] = value, start
+    plan, end = [], n
+    while end:
+        plan.append(order[cut[end] : end])
+        end = cut[end]
+    return plan[::-1]
+
+
+def plan_cost(order: Sequence[int], prompt_lens: Sequence[int], completion_lens: Sequence[int],
+              group: Sequence[int], micro: int, share_prompts: bool) -> int:
+    """Tokens through the model, padding included, when ``order`` is cut into micro-batches of
+    ``micro``: per micro-batch ``U * longest prompt + B * longest completion`` with prompt
+    sharing (U distinct prompts), ``B * (longest prompt + longest completion)`` without."""
+    out = 0
+    for a in range(0, len(order), micro):
+        chunk = order[a : a + micro]
+        prompts = len({group[i] for i in chunk}) if share_prompts else len(chunk)
+        out += prompts * max(prompt_lens[i] for i in chunk) + len(chunk) * max(completion_lens[i] for i in chunk)
+    return out
 
 
 def completion_logits(
@@ -61,9 +97,43 @@ def completion_logits(
     Prompts are left-padded, completions right-padded, positions count real tokens only, so a
     sequence's logits do not depend on what else is in the batch.
     """
+    return _completion_outputs(module, prompts, completions, pad_id, device, share_prompts, hidden=False)[:3]
+
+
+def completion_hidden(
+    module,
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    *,
+    pad_id: int,
+    device,
+    share_prompts: bool = True,
+):
+    """As :func:`completion_logits`, but the model's final hidden states ``[B, C, H]`` (what its
+    output head turns into logits) instead of logits ``[B, C, V]``: the vocabulary-wide logits
+    are then formed a chunk of tokens at a time (``rlvr.training.losses.head_logprobs``).
+
+    Returns ``(hidden, targets, mask, check)``; ``check`` is ``(hidden, logits)`` at the last
+    position of the model's last call, the one place the model computed logits itself, to
+    confirm that its head alone makes its logits (no soft-capping or scaling after it).
+    """
+    return _completion_outputs(module, prompts, completions, pad_id, device, share_prompts, hidden=True)
+
+
+def _completion_outputs(module, prompts, completions, pad_id, device, share_prompts: bool, *, hidden: bool):
+    """(logits or final hidden states at the positions that predict each completion token,
+    completion ids, completion mask, the last position's (hidden, logits) when ``hidden``)."""
     import torch
 
     from rlvr.models.tokens import pad_batch
+
+    def call(keep: int, **kwargs):
+        if hidden:
+            out = module(**kwargs, output_hidden_states=True, logits_to_keep=1)
+            last = out.hidden_states[-1]
+            return last, (last[:, -1], out.logits[:, -1]), out
+        out = module(**kwargs, logits_to_keep=keep)
+        return out.logits, None, out
 
     width = max(max(len(c) for c in completions), 1)
     comp_ids, comp_mask = pad_batch(completions, pad_id, left=False, width=width)
@@ -74,28 +144,39 @@ def completion_logits(
         ids = torch.cat([p_ids, comp_ids], 1)
         attn = torch.cat([p_mask, comp_mask], 1)
         pos = (attn.cumsum(-1) - 1).clamp(min=0)
-        out = module(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=width + 1)
-        return out.logits[:, :-1, :], comp_ids, comp_mask
+        x, check, _ = call(width + 1, input_ids=ids, attention_mask=attn, position_ids=pos)
+        return x[:, -width - 1 : -1, :], comp_ids, comp_mask, check
 
     # Distinct prompts, in order of first appearance; row b of the batch uses prompt owner[b].
     first: dict[tuple[int, ...], int] = {}
     owner = [first.setdefault(tuple(p), len(first)) for p in prompts]
-    unique = list(first)
-    p_ids, p_mask = pad_batch(unique, pad_id, left=True)
+    p_ids, p_mask = pad_batch(list(first), pad_id, left=True)
     p_ids, p_mask = p_ids.to(device), p_mask.to(device)
     p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)
-    out = module(input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, use_cache=True, logits_to_keep=1)
+    x, check, out = call(1, input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, use_cache=True)
     select = torch.tensor(owner, device=device)
-    first_logits = out.logits[:, -1:, :].index_select(0, select)  # predicts completion token 0
+    first_x = x[:, -1:, :].index_select(0, select)  # predicts completion token 0
     if width == 1:
-        return first_logits, comp_ids, comp_mask
+        return first_x, comp_ids, comp_mask, check
     cache = out.past_key_values
     cache.reorder_cache(select)  # index_select on every layer's keys/values: gradients flow back
-    # Feed completion tokens 0..C-2; their logits predict tokens 1..C-1.
+    # Feed completion tokens 0..C-2; their outputs predict tokens 1..C-1.
     attn = torch.cat([p_mask.index_select(0, select), comp_mask], 1)[:, :-1]
     lengths = p_mask.sum(-1).index_select(0, select)
     pos = lengths.unsqueeze(1) + torch.arange(width - 1, device=device).unsqueeze(0)
-    out = module(
-        input_ids=comp_ids[:, :-1], attention_mask=attn, position_ids=pos, past_key_values=cache, use_cache=True
-    )
-    return torch.cat([first_logits, out.logits], 1), comp_ids, comp_mask
+    x, check, _ = call(0, input_ids=comp_ids[:, :-1], attention_mask=attn, position_ids=pos, past_key_values=cache,
+                       use_cache=True)
+    return torch.cat([first_x, x], 1), comp_ids, comp_mask, check
+
+
+def output_head(module):
+    """The module that turns a model's final hidden states into logits (its ``lm_head``),
+    through a DeepSpeed engine and a peft wrapper."""
+    import torch
+
+    inner = getattr(module, "module", None)
+    if isinstance(inner, torch.nn.Module) and not hasattr(module, "get_output_embeddings"):
+        module = inner  # a DeepSpeed engine
+    if hasattr(module, "get_base_model"):
+        module = module.get_base_model()  # peft: the model with its adapters injected
+    return module.get_output_embeddings()

@@ -11,15 +11,19 @@ micro-batches.
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
 from rlvr.runs.metrics import add_sums, reduce_sums
 from rlvr.training.algo import rloo_advantages, shortest_correct_penalty
-from rlvr.training.forward import completion_logits, plan_micro_batches
-from rlvr.training.losses import aggregate, importance_weights, kl_estimate, policy_loss, token_logprobs_and_entropy
+from rlvr.training.forward import completion_hidden, completion_logits, output_head, plan_cost, plan_micro_batches
+from rlvr.training.losses import (aggregate, head_logprobs, importance_weights, kl_estimate, policy_loss,
+                                  token_logprobs_and_entropy)
 from rlvr.training.rollout import Rollout
+
+log = logging.getLogger("rlvr.training.learner")
 
 
 class Backend(Protocol):
@@ -28,8 +32,9 @@ class Backend(Protocol):
     policy: Callable[..., Any]  # runs the policy's forward pass (the DeepSpeed engine)
     module: torch.nn.Module  # the policy model itself (a peft model under LoRA)
 
-    def backward(self, loss: torch.Tensor) -> None:
-        """Accumulate the gradient of ``loss``, this micro-batch's share of the batch loss."""
+    def backward(self, loss: torch.Tensor, *, last: bool) -> None:
+        """Accumulate the gradient of ``loss``, this micro-batch's share of the batch loss;
+        ``last``: no other micro-batch comes before the next ``step``."""
 
     def step(self) -> float:
         """Apply the accumulated gradient (clipped), clear it, return its norm."""
@@ -87,17 +92,41 @@ def sequence_weights(keep: Sequence[bool], truncated: Sequence[bool], mask_trunc
 
 class Learner:
     def __init__(self, backend: Backend, algorithm, *, micro_batch_size: int, temperature: float, pad_id: int,
-                 device, share_prompts: bool, ref_model: torch.nn.Module | None = None, is_mode: str = "none"):
+                 device, share_prompts: bool, ref_model: torch.nn.Module | None = None, is_mode: str = "none",
+                 skip_zero_advantage: bool = True, logprob_chunk_tokens: int = 1024, micro_batch_overhead: int = 0):
         """``ref_model`` None with ``algorithm.kl.beta > 0`` means the reference is the policy with
         its LoRA adapters disabled. ``is_mode`` (none, tis, mis) weights the loss against the
-        sampler's log-probs; when completions carry them, the mismatch is measured in any mode."""
+        sampler's log-probs; when completions carry them, the mismatch is measured in any mode.
+        ``skip_zero_advantage``: do not forward sequences that carry no gradient (see ``update``).
+        ``logprob_chunk_tokens``: log-probs from the final hidden states through the output head
+        that many tokens at a time, never the batch's full-vocabulary logits (0: the model's logits).
+        ``micro_batch_overhead``: what one more micro-batch costs, in tokens through the model;
+        above 0, micro-batches are cut where that saves more padding (``plan_micro_batches``)."""
         self.backend, self.algo, self.micro = backend, algorithm, micro_batch_size
         self.temperature, self.pad_id, self.device = temperature, pad_id, device
         self.share_prompts, self.ref_model, self.is_mode = share_prompts, ref_model, is_mode
+        self.skip_zero_advantage = skip_zero_advantage
+        self.chunk_tokens, self.overhead = logprob_chunk_tokens, micro_batch_overhead
+        self._head_makes_logits: dict[int, bool] = {}
 
     def logprobs(self, module, prompts, completions, want_entropy: bool = False):
         """Per-token log-probs [B, C] at the sampling temperature, the completion mask, and
         (when asked) the entropy per position."""
+        if self.chunk_tokens and self._head_makes_logits.get(id(module), True):
+            hidden, targets, mask, (h_last, logits_last) = completion_hidden(
+                module, prompts, completions, pad_id=self.pad_id, device=self.device, share_prompts=self.share_prompts)
+            head = output_head(module)
+            if id(module) not in self._head_makes_logits:  # once per model: its head alone makes its logits
+                with torch.no_grad():
+                    same = torch.allclose(head(h_last).float(), logits_last.float(), rtol=1e-3, atol=1e-3)
+                self._head_makes_logits[id(module)] = same
+                if not same:
+                    log.warning("the model's logits are not its output head's alone (soft-capping or scaling?): "
+                                "log-probs come from its full logits")
+                    return self.logprobs(module, prompts, completions, want_entropy)
+            logp, entropy = head_logprobs(hidden, head, targets, mask, temperature=self.temperature,
+                                          want_entropy=want_entropy, chunk_tokens=self.chunk_tokens)
+            return logp, mask.float(), entropy
         logits, targets, mask = completion_logits(module, prompts, completions, pad_id=self.pad_id,
                                                   device=self.device, share_prompts=self.share_prompts)
         if self.temperature != 1.0:
@@ -111,42 +140,106 @@ class Learner:
         with self.backend.module.disable_adapter():
             return self.logprobs(self.backend.policy, prompts, completions)[0]
 
+    def _plan(self, seqs: Sequence[int], prompt_lens: Sequence[int], rollout: Rollout) -> list[list[int]]:
+        """Micro-batches (lists of sequence numbers) over the sequences ``seqs``."""
+        seqs = list(seqs)
+        if not seqs:
+            return []
+        local = plan_micro_batches([prompt_lens[i] for i in seqs], [rollout.lengths[i] for i in seqs],
+                                   [i // rollout.group_size for i in seqs], self.micro, self.share_prompts,
+                                   overhead=self.overhead)
+        return [[seqs[j] for j in chunk] for chunk in local]
+
+    def _old_and_ref(self, plan, prompts, completions, masks, old: dict, ref: dict, *, want_old: bool,
+                     want_ref: bool) -> list[float]:
+        """Fill ``old`` (the policy's log-probs before the update) and ``ref`` (the reference's)
+        for the sequences of ``plan`` that lack them, without gradient; returns each sequence's
+        summed KL estimate (0 where not computed)."""
+        kl_seq = [0.0] * len(prompts)
+        with torch.no_grad():
+            for idx in plan:
+                todo = [i for i in dict.fromkeys(idx) if (want_old and i not in old) or (want_ref and i not in ref)]
+                if not todo:
+                    continue
+                batch = ([prompts[i] for i in todo], [completions[i] for i in todo])
+                lp = rp = None
+                if want_old:
+                    lp, mask, _ = self.logprobs(self.backend.policy, *batch)
+                    mask = policy_mask(mask, [masks[i] for i in todo])
+                if want_ref:
+                    rp = self._reference(*batch)
+                if lp is not None and rp is not None:
+                    per_seq = (kl_estimate(lp, rp, self.algo.kl.estimator) * mask).sum(-1).tolist()
+                for row, i in enumerate(todo):
+                    length = len(completions[i])
+                    if lp is not None:
+                        old[i] = lp[row, :length]
+                    if rp is not None:
+                        ref[i] = rp[row, :length]
+                    if lp is not None and rp is not None:
+                        kl_seq[i] = per_seq[row]
+        return kl_seq
+
+    def _forward_tokens(self, plan, prompt_lens, completion_lens, group_size: int) -> dict[str, float]:
+        """Tokens one pass over ``plan`` puts through the model (padding included) and the real
+        tokens among them (a shared prompt counts once)."""
+        through = real = 0
+        for idx in plan:
+            groups = [i // group_size for i in idx]
+            through += plan_cost(range(len(idx)), [prompt_lens[i] for i in idx], [completion_lens[i] for i in idx],
+                                 groups, len(idx), self.share_prompts)
+            shown = {g: prompt_lens[i] for g, i in zip(groups, idx)} if self.share_prompts else \
+                dict(enumerate(prompt_lens[i] for i in idx))
+            real += sum(shown.values()) + sum(completion_lens[i] for i in idx)
+        return {"forward_tokens": float(through), "real_tokens": float(real)}
+
     def update(self, rollout: Rollout, lr: float) -> dict[str, float]:
         """Train on one rollout; returns sums over this rank's tokens (loss, kl, entropy,
         clip_low, clip_high, tokens; ``is_*`` and ``mismatch_k3`` when the completions carry the
-        sampler's log-probs), group counts and the last step's grad norm."""
+        sampler's log-probs), group counts, what was skipped and padded, and the last step's
+        grad norm.
+
+        A sequence whose advantage is exactly 0 (or whose weight is 0) adds exactly 0 to the loss
+        and to the gradient when the loss has no other term: with ``skip_zero_advantage`` it is
+        not forwarded at all, nor are its old or reference log-probs taken. Every normaliser is
+        computed over the whole batch as before, so the gradient is the same. With KL in the loss
+        every sequence carries gradient and nothing is skipped (``skip_blocked_by_kl``). The
+        figures per token (entropy, clipping, importance weights) are over the trained tokens.
+        """
         algo, kl = self.algo, self.algo.kl
         k, n = rollout.group_size, len(rollout.completions)
         prompts, completions = rollout.seq_prompts, [c.token_ids for c in rollout.completions]
-        # Loss normalisers are global, so the plan changes no gradient; old and reference
-        # log-probs are kept per micro-batch of this plan.
-        plan = plan_micro_batches([len(p) for p in prompts], rollout.lengths, k, self.micro, self.share_prompts)
-        batches = [([prompts[i] for i in idx], [completions[i] for i in idx]) for idx in plan]
+        prompt_lens = [len(p) for p in prompts]
         rewards = shape_rewards(rollout.rewards, rollout.policy_lengths, k, algo.length_penalty)
         masks = [c.mask for c in rollout.completions]  # episodes: the environment's tokens are not trained on
         need_old = algo.ppo_epochs > 1
         kl_in_reward = kl.beta > 0 and kl.target == "reward"
-        old, ref, kl_seq = [], [], [0.0] * n
-        with torch.no_grad():
-            for idx, batch in zip(plan, batches):
-                if need_old or kl_in_reward:
-                    lp, mask, _ = self.logprobs(self.backend.policy, *batch)
-                    mask = policy_mask(mask, [masks[i] for i in idx])
-                    old.append(lp)
-                if kl.beta > 0:
-                    ref.append(self._reference(*batch))
-                if kl_in_reward:
-                    per_seq = (kl_estimate(lp, ref[-1], kl.estimator) * mask).sum(-1)
-                    for i, value in zip(idx, per_seq.tolist()):
-                        kl_seq[i] = value
-        if kl_in_reward:
+        kl_in_loss = kl.beta > 0 and kl.target == "loss"
+        old: dict[int, torch.Tensor] = {}  # per sequence, over its completion tokens
+        ref: dict[int, torch.Tensor] = {}
+        if kl_in_reward:  # the reward needs every sequence's KL before the advantages exist
+            kl_seq = self._old_and_ref(self._plan(range(n), prompt_lens, rollout), prompts, completions, masks,
+                                       old, ref, want_old=True, want_ref=True)
             rewards = [None if r is None else r - kl.beta * v for r, v in zip(rewards, kl_seq)]
         advantages, keep, groups = rloo_advantages(rewards, k, algo.normalize_advantages)
         weights = sequence_weights(keep, rollout.truncated, algo.mask_truncated)
+        skip = self.skip_zero_advantage and not kl_in_loss
+        trained = [i for i in range(n) if not skip or (weights[i] != 0.0 and advantages[i] != 0.0)]
+        plan = self._plan(trained, prompt_lens, rollout)
+        # Normalisers over the whole batch; ranks agree on one number of micro-batches (a rank
+        # with fewer runs a null micro-batch: collectives stay aligned, the gradient is unchanged).
         norm = reduce_sums({"tokens": sum(l * w for l, w in zip(rollout.policy_lengths, weights)),
-                            "seqs": sum(weights)})
+                            "seqs": sum(weights), "micro_batches_max": float(max(1, len(plan)))})
+        null = [i for i in range(n) if i not in set(trained)][:1]
+        missing = int(norm["micro_batches_max"]) - len(plan)
+        assert null or not missing, "a rank that trains every sequence has the most micro-batches"
+        plan += [null] * missing
+        if need_old or kl_in_loss:
+            self._old_and_ref(plan, prompts, completions, masks, old, ref, want_old=need_old, want_ref=kl_in_loss)
         clip = (algo.clip.eps_low, algo.clip.eps_high) if algo.clip else None
         stats = dict.fromkeys(("loss", "kl", "entropy", "clip_low", "clip_high", "tokens"), 0.0)
+        if kl_in_reward:  # measured on every sequence: the skipped ones' from the pass above
+            stats["kl"] = float(sum(kl_seq[i] for i in range(n) if i not in set(trained)))
         # Importance weights between the sampler (behaviour) and the policy this update starts
         # from; they multiply the whole per-token loss, PPO's clipped ratio included (decoupled PPO).
         measure_is = self.is_mode != "none" or all(c.logprobs is not None for c in rollout.completions)
@@ -155,18 +248,20 @@ class Learner:
         grad_norm = 0.0
         for epoch in range(algo.ppo_epochs):
             first = epoch == 0
-            for j, (idx, batch) in enumerate(zip(plan, batches)):
-                logp, resp_mask, entropy = self.logprobs(self.backend.policy, *batch, want_entropy=first)
+            for j, idx in enumerate(plan):
+                counted = idx is not null or not null
+                logp, resp_mask, entropy = self.logprobs(self.backend.policy, [prompts[i] for i in idx],
+                                                         [completions[i] for i in idx], want_entropy=first)
                 resp_mask = policy_mask(resp_mask, [masks[i] for i in idx])
                 mask = resp_mask * torch.tensor([weights[i] for i in idx], device=self.device).unsqueeze(-1)
                 adv = torch.tensor([advantages[i] for i in idx], device=self.device, dtype=torch.float32)
-                proximal = old[j] if need_old else logp.detach()
+                proximal = _stack(old, idx, logp) if need_old else logp.detach()
                 tok_loss, c_low, c_high = policy_loss(logp, proximal, adv, clip)
                 if kl.beta > 0:
-                    kl_tok = kl_estimate(logp, ref[j], kl.estimator)
-                    if kl.target == "loss":
+                    kl_tok = kl_estimate(logp, _stack(ref, idx, logp), kl.estimator)
+                    if kl_in_loss:
                         tok_loss = tok_loss + kl.beta * kl_tok
-                    if first:
+                    if first and counted:
                         stats["kl"] += float((kl_tok.detach() * resp_mask).sum())
                 if measure_is:
                     if first:
@@ -174,16 +269,32 @@ class Learner:
                         w, is_stats = importance_weights(proximal, behaviour, resp_mask, self.is_mode,
                                                          algo.is_correction.cap)
                         is_weights.append(w)
-                        stats = add_sums(stats, is_stats)
+                        if counted:
+                            stats = add_sums(stats, is_stats)
                     tok_loss = tok_loss * is_weights[j]
                 loss = aggregate(tok_loss, mask, algo.loss_aggregation, norm["tokens"], norm["seqs"])
-                self.backend.backward(loss)
-                if first:
+                if not counted:
+                    loss = loss * 0.0  # a null micro-batch: its (zero) gradient only keeps ranks in step
+                self.backend.backward(loss, last=j == len(plan) - 1)
+                if first and counted:
                     stats["loss"] += float(loss.detach())
                     stats["entropy"] += float((entropy * resp_mask).sum())
                     stats["clip_low"] += float((c_low.float() * mask).sum())
                     stats["clip_high"] += float((c_high.float() * mask).sum())
                     stats["tokens"] += float(resp_mask.sum())
             grad_norm = self.backend.step()  # one optimizer step per epoch over the batch
+        forward = self._forward_tokens(plan, prompt_lens, rollout.lengths, k)
         return {**stats, "grad_norm": grad_norm, "groups": groups.groups, "zero_variance": groups.zero_variance,
-                "too_few_scorable": groups.too_few_scorable, "unscorable": groups.unscorable}
+                "too_few_scorable": groups.too_few_scorable, "unscorable": groups.unscorable,
+                "skipped_seqs": float(n - len(trained)), "skip_blocked_by_kl": float(kl_in_loss and self.skip_zero_advantage),
+                **forward}
+
+
+def _stack(per_seq: dict[int, torch.Tensor], idx: Sequence[int], like: torch.Tensor) -> torch.Tensor:
+    """The stored per-sequence values of ``idx`` as rows of a tensor shaped like ``like`` [B, C]
+    (zeros after each sequence's end)."""
+    out = torch.zeros(like.shape, dtype=like.dtype, device=like.device)
+    for row, i in enumerate(idx):
+        values = per_seq[i][: like.shape[1]]
+        out[row, : len(values)] = values
+    return out

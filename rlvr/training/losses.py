@@ -24,6 +24,45 @@ def token_logprobs_and_entropy(logits: torch.Tensor, tokens: torch.Tensor, want_
     return logp, ent
 
 
+def head_logprobs(hidden: torch.Tensor, head, tokens: torch.Tensor, mask: torch.Tensor, *,
+                  temperature: float = 1.0, want_entropy: bool = True, chunk_tokens: int = 1024):
+    """What :func:`token_logprobs_and_entropy` gives for ``head(hidden) / temperature``, without
+    ever holding the logits of the whole batch: the output head runs on the real tokens only
+    (``mask``), ``chunk_tokens`` at a time, its logits go to float32 one chunk at a time, and
+    under autograd a chunk's logits are recomputed in the backward pass instead of being kept.
+    ``[B, T, H]`` hidden states, ``[B, T]`` tokens and mask -> ``[B, T]`` log-probs (0 on
+    padding) and entropies (without gradient) or None."""
+    from torch.utils.checkpoint import checkpoint
+
+    real = mask.bool()
+    h, t = hidden[real], tokens[real]
+    parts, entropies = [], []
+    for a in range(0, h.shape[0], chunk_tokens):
+        args = (h[a : a + chunk_tokens], t[a : a + chunk_tokens], head, temperature, want_entropy)
+        lp, ent = checkpoint(_head_chunk, *args, use_reentrant=False) if torch.is_grad_enabled() \
+            else _head_chunk(*args)
+        parts.append(lp)
+        entropies.append(ent)
+    zeros = torch.zeros(tokens.shape, dtype=torch.float32, device=tokens.device)
+    logp = zeros.masked_scatter(real, torch.cat(parts)) if parts else zeros
+    if not want_entropy:
+        return logp, None
+    return logp, (zeros.masked_scatter(real, torch.cat(entropies)) if parts else zeros)
+
+
+def _head_chunk(h: torch.Tensor, t: torch.Tensor, head, temperature: float, want_entropy: bool):
+    logits = head(h).float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    norm = torch.logsumexp(logits, -1)
+    logp = logits.gather(-1, t.unsqueeze(-1)).squeeze(-1) - norm
+    if not want_entropy:
+        return logp, None
+    with torch.no_grad():
+        entropy = norm - (torch.softmax(logits, -1) * logits).sum(-1)
+    return logp, entropy
+
+
 def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> torch.Tensor:
     """Per-token estimate of KL(pi || ref) from samples of pi (Schulman's k1, k2, k3).
 

@@ -65,7 +65,8 @@ class DeepSpeedBackend:
 
     DeepSpeed divides each backward by the accumulation steps and averages gradients over
     ranks; the learner's losses are already shares of the global batch mean, so ``backward``
-    undoes both. The learning rate is set on the optimizer's groups once per training step
+    undoes both. Every rank runs the same number of micro-batches in a step (the learner sees
+    to it), so DeepSpeed's collectives stay aligned whatever each rank skipped. The learning rate is set on the optimizer's groups once per training step
     (DeepSpeed runs no scheduler: it would advance once per PPO epoch).
     """
 
@@ -75,14 +76,15 @@ class DeepSpeedBackend:
         self.own_grad_norm = own_grad_norm  # DeepSpeed reports no norm for plain fp32 stage 0
         self._pending = False  # the last micro-batch's gradient is in, the update is not
 
-    def backward(self, loss) -> None:
-        # DeepSpeed's boundary is "the micro-step now running is the last of the accumulation"
+    def backward(self, loss, *, last: bool) -> None:
+        # The learner decides how many micro-batches a step has (sequences without gradient are
+        # not forwarded), so the accumulation boundary is set here, not counted by DeepSpeed;
+        # the scale undoes DeepSpeed's division by its configured accumulation steps either way.
         if self._pending:
-            raise RuntimeError("more micro-batches than gradient_accumulation_steps in one optimizer step")
+            raise RuntimeError("a micro-batch after the last one of an optimizer step")
+        self.engine.set_gradient_accumulation_boundary(last)
         self.engine.backward(loss * self.scale)
-        self._pending = self.engine.is_gradient_accumulation_boundary()
-        if not self._pending:
-            self.engine.step()  # DeepSpeed counts micro-steps here; it updates only at the boundary
+        self._pending = last
 
     def step(self) -> float:
         import torch
