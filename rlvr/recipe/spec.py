@@ -199,7 +199,7 @@ class TrainerConfig(Strict):
     # (padding left out), never the whole batch's full-vocabulary logits; 0: the model's logits.
     logprob_chunk_tokens: int = Field(default=1024, ge=0)
     # What one more micro-batch costs, in tokens through the model: micro-batches (at most
-    # micro_batch_size sequences) are cut where the padding saved is worth more. None: 16 on CPU,
+    # micro_batch_size sequences) are cut where the padding saved is worth more. None: 64 on CPU,
     # 512 on GPU; a large number keeps micro-batches full.
     micro_batch_overhead_tokens: int | None = Field(default=None, ge=0)
     lr: float = Field(default=1e-6, gt=0)

@@ -226,8 +226,10 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
 
 
 # What one more micro-batch costs, in tokens through the model (per-call work that does not grow
-# with the tokens), when the recipe does not say: see trainer.micro_batch_overhead_tokens.
-MICRO_BATCH_OVERHEAD = {"cpu": 16, "cuda": 512}
+# with the tokens), when the recipe does not say (trainer.micro_batch_overhead_tokens). CPU:
+# measured for SmolLM2-135M on 2 cores, a forward+backward call costs ~150 ms + ~2.2 ms a token
+# (benchmarks/bench_microbatch.py: 68 tokens). GPU: not measured; set high so that micro-batches stay full.
+MICRO_BATCH_OVERHEAD = {"cpu": 64, "cuda": 512}
 
 
 def _learner(recipe: Recipe, backend, *, ref_model, is_mode: str, pad_id: int, device) -> Learner:
