@@ -2,7 +2,8 @@
 
 ``hub`` resolves a model name (alias, hub id, local folder) and pulls models (GGUF included),
 ``tokens`` pads token batches and finds a model's end-of-sequence ids, ``distributed`` scopes a
-torch.distributed process group to a run.
+torch.distributed process group to a run, ``lora`` merges LoRA adapters into their base weights for
+sampling and restores the base weights exactly.
 
 Design notes: docs/sampling.md and docs/training.md.
 

@@ -197,7 +197,8 @@ class TrainerConfig(Strict):
     skip_zero_advantage: bool = True
     # Log-probs from the final hidden states through the output head this many tokens at a time
     # (padding left out), never the whole batch's full-vocabulary logits; 0: the model's logits.
-    logprob_chunk_tokens: int = Field(default=1024, ge=0)
+    # 256: 0.78x the peak memory of full logits in the same time (benchmarks/bench_logprobs.py).
+    logprob_chunk_tokens: int = Field(default=256, ge=0)
     # What one more micro-batch costs, in tokens through the model: micro-batches (at most
     # micro_batch_size sequences) are cut where the padding saved is worth more. None: 64 on CPU,
     # 512 on GPU; a large number keeps micro-batches full.

@@ -11,12 +11,14 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Protocol, Sequence
 
 import torch
 
 from rlvr import RlvrError
+from rlvr.models.lora import merged_adapters
 from rlvr.models.tokens import eos_ids, pad_batch
 
 
@@ -237,7 +239,10 @@ class HFSampler:
             kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
         if stop:
             kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
-        out = model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
+        # LoRA: sample with the adapters merged (the base model's speed), unless ZeRO-3 holds
+        # the weights in shards (synced), where there is no whole weight to merge into
+        with nullcontext() if self.synced else merged_adapters(model):
+            out = model.generate(input_ids=input_ids, attention_mask=attention, **kwargs)
         if was_training:
             model.train()
         new = out.sequences[:, width:]

@@ -93,7 +93,7 @@ def sequence_weights(keep: Sequence[bool], truncated: Sequence[bool], mask_trunc
 class Learner:
     def __init__(self, backend: Backend, algorithm, *, micro_batch_size: int, temperature: float, pad_id: int,
                  device, share_prompts: bool, ref_model: torch.nn.Module | None = None, is_mode: str = "none",
-                 skip_zero_advantage: bool = True, logprob_chunk_tokens: int = 1024, micro_batch_overhead: int = 0):
+                 skip_zero_advantage: bool = True, logprob_chunk_tokens: int = 256, micro_batch_overhead: int = 0):
         """``ref_model`` None with ``algorithm.kl.beta > 0`` means the reference is the policy with
         its LoRA adapters disabled. ``is_mode`` (none, tis, mis) weights the loss against the
         sampler's log-probs; when completions carry them, the mismatch is measured in any mode.

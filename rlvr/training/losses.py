@@ -25,7 +25,7 @@ def token_logprobs_and_entropy(logits: torch.Tensor, tokens: torch.Tensor, want_
 
 
 def head_logprobs(hidden: torch.Tensor, head, tokens: torch.Tensor, mask: torch.Tensor, *,
-                  temperature: float = 1.0, want_entropy: bool = True, chunk_tokens: int = 1024):
+                  temperature: float = 1.0, want_entropy: bool = True, chunk_tokens: int = 256):
     """What :func:`token_logprobs_and_entropy` gives for ``head(hidden) / temperature``, without
     ever holding the logits of the whole batch: the output head runs on the real tokens only
     (``mask``), ``chunk_tokens`` at a time, its logits go to float32 one chunk at a time, and

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import math
 import time
+from contextlib import nullcontext
 from typing import Any
 
 log = logging.getLogger("rlvr.training.policy")
@@ -163,13 +164,10 @@ def sync_weights(module, sampler, *, lora: bool, zero3: bool, bucket_bytes: int 
     """Push the policy's weights into the sampler (LoRA merged first); seconds taken."""
     import torch
 
+    from rlvr.models.lora import merged_adapters
     from rlvr.sampling.samplers import hf_state_for_sync
 
     start = time.perf_counter()
-    if lora:
-        module.merge_adapter()
-    with torch.no_grad():
+    with merged_adapters(module) if lora else nullcontext(), torch.no_grad():
         sampler.load_weights(hf_state_for_sync(module, zero3, bucket_bytes))
-    if lora:
-        module.unmerge_adapter()
     return time.perf_counter() - start
