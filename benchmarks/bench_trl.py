@@ -403,7 +403,7 @@ def _mean(values: list[float]) -> float | None:
 
 def _counted(runs: list[dict[str, Any]], key: str) -> list[Any]:
     """A per-step series pooled over rounds, each run's first step left out."""
-    return [x for r in runs for x in r.get(key, [])[1:]]
+    return [x for r in runs for x in r[key][1:]]
 
 
 def _share(runs: list[dict[str, Any]], key: str) -> float | None:
@@ -441,8 +441,8 @@ def summarize(runs: list[dict[str, Any]], side: str) -> dict[str, Any]:
             "wait_samples_fraction": _share(runs, "wait_samples_s"),
             "wait_weights_fraction": _share(runs, "wait_weights_s"),
             "train_fraction": _share(runs, "train_s"),
-            "skipped_mean": _mean([x for x in _counted(runs, "skipped") if x is not None]),
-            "padded_mean": _mean([x for x in _counted(runs, "padded") if x is not None]),
+            "skipped_mean": _mean(_counted(runs, "skipped")),
+            "padded_mean": _mean(_counted(runs, "padded")),
             "staleness_mean": _mean(staleness),
             "staleness_max": max(staleness, default=None),
         })

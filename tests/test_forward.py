@@ -120,7 +120,7 @@ def test_plan_cuts_where_padding_costs_more_than_a_micro_batch(share):
     import itertools
     import random
 
-    from rlvr.training.forward import _cut_at_least_cost, plan_cost, plan_micro_batches
+    from rlvr.training.forward import _cut_at_least_cost, micro_batch_cost, plan_micro_batches
 
     rng = random.Random(0)
     for _ in range(30):
@@ -131,7 +131,7 @@ def test_plan_cuts_where_padding_costs_more_than_a_micro_batch(share):
         order = sorted(range(n), key=lambda i: (prompts[i] + comps[i], i))
 
         def cost(plan):
-            return sum(plan_cost(c, prompts, comps, groups, len(c), share) + overhead for c in plan)
+            return sum(micro_batch_cost(c, prompts, comps, groups, share) + overhead for c in plan)
 
         best = min(cost([order[a:b] for a, b in zip((0,) + cuts, cuts + (n,))])
                    for k in range(n) for cuts in itertools.combinations(range(1, n), k)
@@ -175,22 +175,22 @@ def _full(model, share, temperature):
 def test_chunked_head_logprobs_equal_the_full_logits_ones(arch, share):
     """Same log-probs, entropies and gradient as from the model's logits (float32, 1e-5), with
     chunks smaller than the batch and larger than it."""
-    expected_grads = None
-    for chunk in (None, 5, 1000):
-        model = _model(arch)
-        if chunk is None:
-            logp, entropy, mask = _full(model, share, temperature=0.7)
-        else:
-            logp, entropy, mask = _chunked(model, share, temperature=0.7, chunk=chunk)
-            assert torch.allclose(logp, expected[0], atol=1e-5), (logp - expected[0]).abs().max()
-            assert torch.allclose(entropy, expected[1], atol=1e-5), (entropy - expected[1]).abs().max()
-            assert float((logp.detach() * (1 - mask)).abs().sum()) == 0.0  # nothing on padding
+
+    def gradients(model, logp, mask):
         weights = torch.linspace(-1.0, 2.0, logp.shape[0]).unsqueeze(1)  # stand-in advantages
         (logp * weights * mask).sum().backward()
-        grads = {n: p.grad.clone() for n, p in model.named_parameters()}
-        if chunk is None:
-            expected, expected_grads = (logp.detach(), entropy.detach()), grads
-            continue
+        return {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    model = _model(arch)
+    expected_logp, expected_entropy, mask = _full(model, share, temperature=0.7)
+    expected_grads = gradients(model, expected_logp, mask)
+    for chunk in (5, 1000):
+        model = _model(arch)
+        logp, entropy, mask = _chunked(model, share, temperature=0.7, chunk=chunk)
+        assert torch.allclose(logp, expected_logp, atol=1e-5), (logp - expected_logp).abs().max()
+        assert torch.allclose(entropy, expected_entropy, atol=1e-5), (entropy - expected_entropy).abs().max()
+        assert float((logp.detach() * (1 - mask)).abs().sum()) == 0.0  # nothing on padding
+        grads = gradients(model, logp, mask)
         for name, g in expected_grads.items():
             assert torch.allclose(grads[name], g, atol=1e-5, rtol=1e-4), name
 

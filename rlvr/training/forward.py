@@ -44,7 +44,7 @@ def plan_micro_batches(
                                              overhead))
 
     def cost(plan: list[list[int]]) -> int:
-        return sum(plan_cost(chunk, prompt_lens, completion_lens, group, len(chunk), share_prompts) + overhead
+        return sum(micro_batch_cost(chunk, prompt_lens, completion_lens, group, share_prompts) + overhead
                    for chunk in plan)
 
     return min(candidates, key=cost)
@@ -52,13 +52,13 @@ def plan_micro_batches(
 
 def _cut_at_least_cost(order, prompt_lens, completion_lens, group, micro, share_prompts, overhead):
     """``order`` cut into consecutive micro-batches of at most ``micro`` with the least summed
-    ``plan_cost`` + ``overhead`` per micro-batch."""
+    ``micro_batch_cost`` + ``overhead`` per micro-batch."""
     n = len(order)
     best, cut = [0] + [None] * n, [0] * (n + 1)
     for end in range(1, n + 1):
         for start in range(max(0, end - micro), end):
             chunk = order[start:end]
-            value = best[start] + plan_cost(chunk, prompt_lens, completion_lens, group, len(chunk), share_prompts) \
+            value = best[start] + micro_batch_cost(chunk, prompt_lens, completion_lens, group, share_prompts) \
                 + overhead
             if best[end] is None or value < best[end]:
                 best[end], cut[end] = value, start
@@ -69,17 +69,13 @@ def _cut_at_least_cost(order, prompt_lens, completion_lens, group, micro, share_
     return plan[::-1]
 
 
-def plan_cost(order: Sequence[int], prompt_lens: Sequence[int], completion_lens: Sequence[int],
-              group: Sequence[int], micro: int, share_prompts: bool) -> int:
-    """Tokens through the model, padding included, when ``order`` is cut into micro-batches of
-    ``micro``: per micro-batch ``U * longest prompt + B * longest completion`` with prompt
-    sharing (U distinct prompts), ``B * (longest prompt + longest completion)`` without."""
-    out = 0
-    for a in range(0, len(order), micro):
-        chunk = order[a : a + micro]
-        prompts = len({group[i] for i in chunk}) if share_prompts else len(chunk)
-        out += prompts * max(prompt_lens[i] for i in chunk) + len(chunk) * max(completion_lens[i] for i in chunk)
-    return out
+def micro_batch_cost(chunk: Sequence[int], prompt_lens: Sequence[int], completion_lens: Sequence[int],
+                     group: Sequence[int], share_prompts: bool) -> int:
+    """Tokens one micro-batch of the sequences ``chunk`` puts through the model, padding included:
+    ``U * longest prompt + B * longest completion`` with prompt sharing (U distinct prompts),
+    ``B * (longest prompt + longest completion)`` without."""
+    prompts = len({group[i] for i in chunk}) if share_prompts else len(chunk)
+    return prompts * max(prompt_lens[i] for i in chunk) + len(chunk) * max(completion_lens[i] for i in chunk)
 
 
 def completion_logits(

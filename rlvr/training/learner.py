@@ -18,7 +18,7 @@ import torch
 
 from rlvr.runs.metrics import add_sums, reduce_sums
 from rlvr.training.algo import rloo_advantages, shortest_correct_penalty
-from rlvr.training.forward import completion_hidden, completion_logits, output_head, plan_cost, plan_micro_batches
+from rlvr.training.forward import completion_hidden, completion_logits, micro_batch_cost, output_head, plan_micro_batches
 from rlvr.training.losses import (aggregate, head_logprobs, importance_weights, kl_estimate, policy_loss,
                                   token_logprobs_and_entropy)
 from rlvr.training.rollout import Rollout
@@ -65,12 +65,10 @@ def is_correction_mode(configured: str, *, sampler_dtype: str, trainer_dtype: st
 def behaviour_logprobs(completions: Sequence, like: torch.Tensor) -> torch.Tensor:
     """The sampler's per-token log-probs of ``completions``, laid out as ``like`` ([B, C], zeros
     after each completion's end)."""
-    out = torch.zeros(like.shape, dtype=torch.float32)
-    for row, c in enumerate(completions):
-        if c.logprobs is None:
-            raise ValueError("importance sampling needs the sampler's log-probs of every completion")
-        out[row, : len(c.logprobs)] = torch.tensor(c.logprobs, dtype=torch.float32)
-    return out.to(like.device)
+    if any(c.logprobs is None for c in completions):
+        raise ValueError("importance sampling needs the sampler's log-probs of every completion")
+    rows = {row: torch.tensor(c.logprobs, dtype=torch.float32, device=like.device) for row, c in enumerate(completions)}
+    return _stack(rows, range(len(completions)), like.float())
 
 
 def policy_mask(mask: torch.Tensor, token_masks: Sequence[list[int] | None]) -> torch.Tensor:
@@ -180,17 +178,14 @@ class Learner:
                         kl_seq[i] = per_seq[row]
         return kl_seq
 
-    def _forward_tokens(self, plan, prompt_lens, completion_lens, group_size: int) -> dict[str, float]:
+    def _forward_tokens(self, plan, prompt_lens, completion_lens, group: Sequence[int]) -> dict[str, float]:
         """Tokens one pass over ``plan`` puts through the model (padding included) and the real
-        tokens among them (a shared prompt counts once)."""
+        tokens among them (with prompt sharing a group's prompt counts once per micro-batch)."""
         through = real = 0
         for idx in plan:
-            groups = [i // group_size for i in idx]
-            through += plan_cost(range(len(idx)), [prompt_lens[i] for i in idx], [completion_lens[i] for i in idx],
-                                 groups, len(idx), self.share_prompts)
-            shown = {g: prompt_lens[i] for g, i in zip(groups, idx)} if self.share_prompts else \
-                dict(enumerate(prompt_lens[i] for i in idx))
-            real += sum(shown.values()) + sum(completion_lens[i] for i in idx)
+            through += micro_batch_cost(idx, prompt_lens, completion_lens, group, self.share_prompts)
+            prompts = {group[i]: i for i in idx}.values() if self.share_prompts else idx
+            real += sum(prompt_lens[i] for i in prompts) + sum(completion_lens[i] for i in idx)
         return {"forward_tokens": float(through), "real_tokens": float(real)}
 
     def update(self, rollout: Rollout, lr: float) -> dict[str, float]:
@@ -230,16 +225,17 @@ class Learner:
         # with fewer runs a null micro-batch: collectives stay aligned, the gradient is unchanged).
         norm = reduce_sums({"tokens": sum(l * w for l, w in zip(rollout.policy_lengths, weights)),
                             "seqs": sum(weights), "micro_batches_max": float(max(1, len(plan)))})
-        null = [i for i in range(n) if i not in set(trained)][:1]
-        missing = int(norm["micro_batches_max"]) - len(plan)
-        assert null or not missing, "a rank that trains every sequence has the most micro-batches"
-        plan += [null] * missing
+        skipped = sorted(set(range(n)) - set(trained))
+        counted_batches = len(plan)  # the micro-batches after these are null ones
+        missing = int(norm["micro_batches_max"]) - counted_batches
+        assert skipped or not missing, "a rank that trains every sequence has the most micro-batches"
+        plan += [skipped[:1]] * missing
         if need_old or kl_in_loss:
             self._old_and_ref(plan, prompts, completions, masks, old, ref, want_old=need_old, want_ref=kl_in_loss)
         clip = (algo.clip.eps_low, algo.clip.eps_high) if algo.clip else None
         stats = dict.fromkeys(("loss", "kl", "entropy", "clip_low", "clip_high", "tokens"), 0.0)
         if kl_in_reward:  # measured on every sequence: the skipped ones' from the pass above
-            stats["kl"] = float(sum(kl_seq[i] for i in range(n) if i not in set(trained)))
+            stats["kl"] = float(sum(kl_seq[i] for i in skipped))
         # Importance weights between the sampler (behaviour) and the policy this update starts
         # from; they multiply the whole per-token loss, PPO's clipped ratio included (decoupled PPO).
         measure_is = self.is_mode != "none" or all(c.logprobs is not None for c in rollout.completions)
@@ -249,7 +245,7 @@ class Learner:
         for epoch in range(algo.ppo_epochs):
             first = epoch == 0
             for j, idx in enumerate(plan):
-                counted = idx is not null or not null
+                counted = j < counted_batches
                 logp, resp_mask, entropy = self.logprobs(self.backend.policy, [prompts[i] for i in idx],
                                                          [completions[i] for i in idx], want_entropy=first)
                 resp_mask = policy_mask(resp_mask, [masks[i] for i in idx])
@@ -283,7 +279,7 @@ class Learner:
                     stats["clip_high"] += float((c_high.float() * mask).sum())
                     stats["tokens"] += float(resp_mask.sum())
             grad_norm = self.backend.step()  # one optimizer step per epoch over the batch
-        forward = self._forward_tokens(plan, prompt_lens, rollout.lengths, k)
+        forward = self._forward_tokens(plan, prompt_lens, rollout.lengths, [i // k for i in range(n)])
         return {**stats, "grad_norm": grad_norm, "groups": groups.groups, "zero_variance": groups.zero_variance,
                 "too_few_scorable": groups.too_few_scorable, "unscorable": groups.unscorable,
                 "skipped_seqs": float(n - len(trained)), "skip_blocked_by_kl": float(kl_in_loss and self.skip_zero_advantage),
