@@ -10,7 +10,7 @@ TA_STAMP := $(VENV)/.rlvr-textarena-installed
 EXTRA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 DATA ?= $(abspath ../shared/data)
 
-.PHONY: install demo test bench clean-venv
+.PHONY: install demo tool-demo test bench clean-venv
 
 install: $(STAMP)
 
@@ -30,6 +30,11 @@ $(STAMP): pyproject.toml Makefile
 demo: install
 	$(VENV)/bin/rlvr model pull smollm2-135m-instruct
 	$(VENV)/bin/rlvr train tasks/demo.yaml --output-dir runs/demo
+
+# The tool demo: the model learns to call a sandboxed Python tool (about 7 minutes on 2 cores).
+tool-demo: install
+	$(VENV)/bin/rlvr model pull smollm2-135m-instruct
+	$(VENV)/bin/rlvr train tasks/tool_demo.yaml --output-dir runs/tool_demo
 
 # The reasoning-gym example brings reasoning-gym itself (pinned in its pyproject.toml, pure
 # Python, no torch): installed with its dependencies, again only when that file changes.

@@ -131,6 +131,48 @@ def arithmetic(
         yield {"id": f"arithmetic/{split}/{i}", **row}
 
 
+# Two-step word problems with large numbers: (question template, answer as a function of the
+# numbers, ranges of a, b, c, d). Each needs a product of numbers a 135M model cannot multiply
+# in its head, and a second operation to read from the words.
+_WORD_TEMPLATES: list[tuple[str, Callable[..., int], tuple[tuple[int, int], ...]]] = [
+    ("A warehouse has {a} boxes with {b} bottles in each. {c} bottles are shipped out. How many bottles are left?",
+     lambda a, b, c, d: a * b - c, ((100, 999), (12, 99), (100, 999), (0, 0))),
+    ("A school buys {a} packs of {b} pencils and {c} single pencils. How many pencils does it buy in all?",
+     lambda a, b, c, d: a * b + c, ((100, 999), (12, 99), (10, 99), (0, 0))),
+    ("A train carries {a} passengers on each trip and makes {b} trips a day. How many passengers does it carry "
+     "in {c} days?", lambda a, b, c, d: a * b * c, ((100, 999), (2, 12), (2, 9), (0, 0))),
+    ("Tickets cost {a} dollars each. A club buys {b} tickets and pays with {c} dollars. How much change does it get?",
+     lambda a, b, c, d: c - a * b, ((12, 99), (12, 99), (10000, 20000), (0, 0))),
+    ("A farm has {a} rows of {b} trees. Then {c} more rows of {b} trees are planted. How many trees are there now?",
+     lambda a, b, c, d: (a + c) * b, ((100, 999), (12, 99), (10, 99), (0, 0))),
+    ("A printer prints {a} pages a minute. How many pages does it print in {b} hours?",
+     lambda a, b, c, d: a * b * 60, ((12, 99), (2, 12), (0, 0), (0, 0))),
+    ("Each of {a} workers earns {b} dollars a week. How much do they earn together in {c} weeks?",
+     lambda a, b, c, d: a * b * c, ((12, 99), (100, 999), (2, 9), (0, 0))),
+    ("A library has {a} shelves with {b} books each. It gives {c} books to each of {d} schools. How many books "
+     "does it have left?", lambda a, b, c, d: a * b - c * d, ((100, 999), (12, 99), (10, 99), (2, 9))),
+]
+
+
+def word_problems(split: str, *, data_dir: Path, size: int = 2000, seed: int = 0) -> Iterator[dict]:
+    """Procedural two-step word problems with large numbers ("A warehouse has 347 boxes with 24
+    bottles in each. 512 bottles are shipped out. How many bottles are left?"), 8 templates,
+    whole-number answers; held out as ``arithmetic`` is (one question in five goes to test)."""
+    del data_dir  # generated, not read
+    if split not in ("train", "test"):
+        raise RlvrError(f"task 'word_problems' has splits train and test, not {split!r}")
+    rng = random.Random(f"word_problems/{seed}/{split}")
+
+    def draw():
+        template, answer, ranges = rng.choice(_WORD_TEMPLATES)
+        a, b, c, d = (rng.randint(lo, hi) for lo, hi in ranges)
+        question = template.format(a=a, b=b, c=c, d=d)
+        return question, lambda: {"question": question, "answer": str(answer(a, b, c, d))}
+
+    for i, row in enumerate(held_out_draws(split, size, 20 * size, draw)):
+        yield {"id": f"word_problems/{split}/{i}", **row}
+
+
 @hookimpl
 def rlvr_register_tasks(register):
     register("gsm8k", gsm8k, columns=["id", "question", "answer"])
@@ -138,3 +180,4 @@ def rlvr_register_tasks(register):
     register("humaneval", humaneval, columns=["task_id", "prompt", "canonical_solution", "test", "entry_point"], splits=["test"])
     register("mbpp", mbpp, columns=["task_id", "text", "code", "test_list", "test_setup_code", "tests"], splits=["train", "validation", "test", "prompt"])
     register("arithmetic", arithmetic, columns=["id", "question", "answer"])
+    register("word_problems", word_problems, columns=["id", "question", "answer"])

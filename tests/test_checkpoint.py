@@ -29,6 +29,7 @@ SCRIPT = textwrap.dedent('''
     from rlvr.models.distributed import process_group_scope
     from rlvr.training.checkpoint import TrainState, deepspeed_safe_globals, load_checkpoint, save_checkpoint
     from rlvr.training.engine import distributed_env
+    from rlvr.training.pool import PromptPool
 
     mode, ckpt_dir = sys.argv[1], Path(sys.argv[2])
     distributed_env()
@@ -49,7 +50,12 @@ SCRIPT = textwrap.dedent('''
             engine.step()
             random.seed(7)
             torch.manual_seed(7)
-            save_checkpoint(engine, ckpt_dir, TrainState(step=1), rank=0, data_position=5, keep_last=2)
+            pool = PromptPool(10, 0, retire_after=1)
+            for index in pool.take(5):
+                pool.record(index, [float(index % 2)] * 4)
+            save_checkpoint(engine, ckpt_dir, TrainState(step=1), rank=0, data_position=5, keep_last=2,
+                            pool=pool.state())
+            print("POOL", json.dumps(pool.state()))
             allowed = {f"{c.__module__}.{c.__qualname__}" for c in deepspeed_safe_globals()}
             found = {name for f in (ckpt_dir / "step1").glob("*.pt")
                      for name in torch.serialization.get_unsafe_globals_in_checkpoint(f)}
@@ -62,6 +68,7 @@ SCRIPT = textwrap.dedent('''
                 print("REFUSED", exc)
                 sys.exit(2)
             print("RESUMED", state.step, position, random.random(), torch.rand(1).item())
+            print("POOL", json.dumps(state.pool))
 ''')
 
 
@@ -87,7 +94,7 @@ def saved(tmp_path_factory):
     folder = tmp_path_factory.mktemp("ds")
     done = run_script(folder, "save", folder / "checkpoints")
     assert done.returncode == 0, done.stderr[-3000:]
-    return folder / "checkpoints", json.loads(line(done, "GLOBALS")), line(done, "EXPECT")
+    return folder / "checkpoints", json.loads(line(done, "GLOBALS")), line(done, "EXPECT"), json.loads(line(done, "POOL"))
 
 
 def malicious_pickle(path: pathlib.Path, marker: pathlib.Path) -> None:
@@ -145,7 +152,7 @@ def test_a_rank_state_that_is_not_a_dict_is_refused():
 @pytest.mark.slow
 def test_the_allow_list_is_exactly_what_deepspeed_writes(saved):
     """Every global of a real checkpoint is allowed, and every allowed one is really needed."""
-    _, globs, _ = saved
+    _, globs, *_ = saved
     assert globs["found"], "ZeRO-2 optimizer states name DeepSpeed classes: the check saw none"
     assert set(globs["found"]) <= set(globs["allowed"])
     assert set(globs["allowed"]) - set(globs["found"]) <= {"deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler"}  # fp16 only
@@ -156,6 +163,7 @@ def test_resume_restores_rng_and_position(saved, tmp_path):
     done = run_script(tmp_path, "resume", copy_of(saved, tmp_path))
     assert done.returncode == 0, done.stderr[-3000:]
     assert line(done, "RESUMED") == f"1 5 {saved[2]}"
+    assert json.loads(line(done, "POOL")) == saved[3] and saved[3]["retired"]  # the prompt pool's state, too
     assert not list((tmp_path / "checkpoints" / "step1").glob("*.part"))
 
 

@@ -113,8 +113,14 @@ def test_two_steps_hf_sampler(tmp_path, tiny_model, test_plugin):
     recipe, env = make_run(tmp_path, tiny_model, test_plugin)
     out = tmp_path / "run"
     metrics = train_two_steps(recipe, out, env, "trainer.eval_every=1", "eval.limit=4",
-                              "algorithm.is_correction.mode=tis")
+                              "algorithm.is_correction.mode=tis", "trainer.samples_every=1", "eval.pass_threshold=0.5")
     assert metrics[0]["grad_norm"] > 0
+    # the task metric beside the total: even_tokens >= 0.5 (eval.pass_threshold) counts as done
+    assert all(0 <= r["task_accuracy"] <= 1 and r["task_reward_max"] <= 1 for r in metrics)
+    samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["group"]) for r in samples] == [(s, g) for s in (1, 2) for g in (0, 1) for _ in range(4)]
+    assert all(r["turns"][0]["role"] == "policy" and r["rewards"]["even_tokens"] is not None for r in samples)
+    assert {r["advantage"] for r in samples} != {0.0}
     # The HF sampler is the trainer's module: its processed log-probs are the trainer's.
     for r in metrics:
         assert r["is_weight_mean"] == pytest.approx(1.0, abs=1e-4) and r["is_capped_frac"] == 0, r
@@ -331,21 +337,32 @@ def test_shipped_recipes_cpu_profile_train_offline(tmp_path, tiny_model, name):
     assert row["unscorable"] < 8  # the rewards really scored the samples
 
 
-def test_resume_repeats_the_uninterrupted_run(tmp_path, tiny_model, test_plugin):
+# data.pool on 6 prompts, 4 a step, scored by `math` alone (a random model never solves one):
+# every group fails, so prompts are retired, passed by, lent back when all are retired.
+POOLED = ["data.pool.enabled=true", "data.pool.retire_after=1", "data.pool.revisit_after=1", "task.options.size=6",
+          "rewards.even_tokens=0", "rewards.math=1.0"]
+
+
+@pytest.mark.parametrize("sets", [[], POOLED], ids=["plain", "pool"])
+def test_resume_repeats_the_uninterrupted_run(tmp_path, tiny_model, test_plugin, sets):
     """Resuming from step 2's checkpoint redoes steps 2 and 3 exactly as the run that never
-    stopped did them: weights, optimizer, RNG and prompt positions all come back."""
+    stopped did them: weights, optimizer, RNG and prompt positions (and the prompt pool) all come back."""
     recipe, env = make_run(tmp_path, tiny_model, test_plugin, steps=4)
+    env["RLVR_LOAD_PLUGINS"] += ",math"
     out = tmp_path / "run"
-    done = subprocess.run([RLVR, "train", recipe, "--output-dir", out, "--set", "trainer.keep_last=4"], env=env,
+    sets = [arg for kv in ["trainer.keep_last=4", *sets] for arg in ("--set", kv)]
+    done = subprocess.run([RLVR, "train", recipe, "--output-dir", out, *sets], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     straight = rows(out)
     (out / "checkpoints" / "latest").write_text("step2")
-    done = subprocess.run([RLVR, "train", recipe, "--output-dir", out, "--resume", "--set", "trainer.keep_last=4"],
+    done = subprocess.run([RLVR, "train", recipe, "--output-dir", out, "--resume", *sets],
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     resumed = rows(out)
     assert [r["step"] for r in resumed] == [0, 1, 2, 3]
+    if sets.count("--set") > 1:
+        assert straight[0]["pool_retired_failed_frac"] > 0 and sum(r["pool_readmitted"] for r in straight[1:]) > 0
 
     def untimed(row):
         timing = ("tokens_per_s", "wait_samples_frac", "wait_weights_frac", "sync_frac")

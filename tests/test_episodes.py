@@ -4,6 +4,7 @@ learner and the rewards see."""
 
 from __future__ import annotations
 
+import json
 import logging
 
 import pytest
@@ -407,10 +408,18 @@ def test_training_with_the_python_environment(tmp_path, tiny_model, test_plugin)
     from test_engine import make_run, train_two_steps
 
     recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="hf")
-    env["RLVR_LOAD_PLUGINS"] += ",python_env"
+    env["RLVR_LOAD_PLUGINS"] += ",python_env,environment"
     metrics = train_two_steps(recipe, tmp_path / "run", env, "environment.name=python",
-                              "environment.options={timeout_s: 2.0}", "environment.max_tokens=40")
+                              "environment.options={timeout_s: 2.0}", "environment.max_tokens=40",
+                              "rewards={even_tokens: 1.0, tool_call: 0.2}", "eval.correctness_reward=tool_call",
+                              "trainer.stuck_reward_steps=2", "trainer.samples_every=2")
     assert all(r["env_errors"] == 0 and r["env_turns_mean"] >= 1 and "env/tool_calls" in r for r in metrics)
+    # a random model never runs a cell: the task reward (tool_call) is 0 for every sample
+    assert [r["task_accuracy"] for r in metrics] == [0.0, 0.0]
+    log = (tmp_path / "run" / "train.log").read_text()
+    assert log.count("reward stuck at 0: 'tool_call' scored 0 or less for every sample of the last 2 steps") == 1
+    samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
+    assert {r["step"] for r in samples} == {2} and all(r["rewards"]["tool_call"] == 0.0 for r in samples)
 
 
 from test_engine import test_plugin  # noqa: E402,F401 - a fixture

@@ -14,7 +14,7 @@ from rlvr.host.registry import RewardSpec
 from rlvr.models.tokens import pad_batch
 from rlvr.recipe.spec import DynamicSamplingConfig, SamplingConfig, TrainerConfig
 from rlvr.rewards.runner import BoundReward
-from rlvr.runs.metrics import add_sums, reduce_sums, rollout_sums, step_line, step_row
+from rlvr.runs.metrics import StuckReward, add_sums, reduce_sums, rollout_sums, step_line, step_row
 from rlvr.sampling.prompts import Prompt, fit_prompts
 from rlvr.sampling.samplers import Completion, context_length
 from rlvr.training.policy import deepspeed_config, effective_zero_stage, lr_multiplier
@@ -157,6 +157,35 @@ def test_step_row_from_sums():
     assert row["reward/m"] == pytest.approx(2 / 3) and row["sampling_rounds"] == 1.0 and row["tokens_per_s"] == 6.0
     assert row["time_step"] == 5.0 and row["lr"] == 1e-5 and row["reward_errors"] == 1
     assert step_line(row, 10).startswith("step 4/10  reward 0.500")
+
+
+def test_task_accuracy_beside_the_total():
+    rollout = Rollout(group_size=2, prompt_ids=[[1], [2]], completions=[Completion("", [1], False)] * 4,
+                      rewards=[1.2, 0.2, None, 0.0], reward_values={"m": [1.0, 0.0, None, 0.5], "shape": [1, 1, 0, 0]})
+    sums = rollout_sums(rollout, ("m", 1.0))
+    assert (sums["task_pass"], sums["task_n"], sums["task_reward_max"]) == (1, 3, 1.0)
+    update = dict.fromkeys(("loss", "kl", "entropy", "clip_low", "clip_high", "tokens", "groups", "zero_variance",
+                            "too_few_scorable", "unscorable"), 0.0)
+    row = step_row(0, {**sums, **update}, world=1, reward_names=["m", "shape"], times={"step": 1.0}, lr=1.0,
+                   grad_norm=0.0)
+    assert row["task_accuracy"] == pytest.approx(1 / 3) and row["reward_mean"] == pytest.approx(1.4 / 3)
+    assert "acc 0.333" in step_line(row, 1)
+    assert "task_accuracy" not in step_row(0, {**rollout_sums(rollout), **update}, world=1, reward_names=["m"],
+                                           times={}, lr=1.0, grad_norm=0.0)
+    # ranks combine the largest task reward by taking the largest
+    assert add_sums(sums, {**sums, "task_reward_max": 0.0})["task_reward_max"] == 1.0
+
+
+def test_stuck_reward_warns_once_per_stretch_of_zero_task_reward():
+    stuck = StuckReward(3, "math", enabled=False)
+    samples = [Completion("The answer is  #### 18\n", [1], False)]
+    seen = [stuck.update({"task_reward_max": v}, samples) for v in (0.0, 0.0, -1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)]
+    assert [s is not None for s in seen] == [False, False, True, False, False, False, False, False, True]
+    assert seen[2].startswith("reward stuck at 0: 'math' scored 0 or less for every sample of the last 3 steps")
+    assert seen[2].endswith("A sample: 'The answer is #### 18'")
+    assert StuckReward(0, "math").update({"task_reward_max": 0.0}) is None
+    never = StuckReward(1, "math", enabled=False)  # no scorable sample (NaN) is not evidence of a stuck reward
+    assert never.update({"task_reward_max": math.nan}) is None and never.update({"task_reward_max": 0.0})
 
 
 # ---------------------------------------------------------------------------- schedule and DeepSpeed config

@@ -183,6 +183,35 @@ def test_arithmetic_test_split_is_held_out():
     assert questions("test", 500)[0] == test  # deterministic
 
 
+def test_word_problems_are_held_out_and_their_answers_follow_the_words():
+    import re
+
+    from rlvr_plugins.tasks import word_problems
+
+    train = list(word_problems("train", data_dir=Path("."), size=2000))
+    test = list(word_problems("test", data_dir=Path("."), size=400))
+    assert len(train) == 2000 and len(test) == 400
+    assert not {r["question"] for r in train} & {r["question"] for r in test}
+    assert len({r["question"] for r in test}) == 400
+    assert [r["question"] for r in word_problems("test", data_dir=Path("."), size=400)] == [r["question"] for r in test]
+    solved = 0
+    for r in test:  # hand-written readings of three of the templates
+        n = [int(x) for x in re.findall(r"\d+", r["question"])]
+        q = r["question"]
+        if q.startswith("A warehouse"):
+            assert int(r["answer"]) == n[0] * n[1] - n[2]
+        elif q.startswith("Tickets"):
+            assert int(r["answer"]) == n[2] - n[0] * n[1] > 0
+        elif q.startswith("A printer"):
+            assert int(r["answer"]) == n[0] * n[1] * 60
+        else:
+            continue
+        solved += 1
+    assert solved > 50 and all(int(r["answer"]) > 0 for r in test)
+    with pytest.raises(RlvrError, match="splits train and test"):
+        next(word_problems("validation", data_dir=Path(".")))
+
+
 def test_sampler_dtype_follows_hardware(tmp_path, monkeypatch):
     from rlvr.sampling.samplers import cpu_has_bf16, sampler_dtype
 

@@ -411,3 +411,21 @@ def test_nothing_persists_between_episodes(tool_box):
     probe = "import os\nprint(os.listdir('/tmp'), 'secret' in globals())\n"
     assert body(other.step(cell(probe))) == "[] False"
     assert body(first.step(cell(probe))) == "['note'] True"  # its own replay recreated them
+
+
+def test_tool_call_reward_pays_for_a_cell_that_ran_and_printed():
+    from rlvr_plugins.environment_reward import tool_call
+
+    def state(*cells):  # the python environment's state: statuses and outputs per cell
+        return {"cells": ["..."] * len(cells), "statuses": [s for s, _ in cells], "outputs": [o for _, o in cells]}
+
+    states = [state(), state(("ok", "42")), state(("error", "ValueError: x")), state(("ok", "")),
+              state(("timeout", ""), ("ok", "7")), {"reward": 1.0}, None]
+    scores = tool_call([""] * 7, [""] * 7, [[1]] * 7, env_state=states)
+    assert [s.value for s in scores] == [0.0, 1.0, 0.0, 0.0, 1.0, None, None]
+    assert scores[4].info == {"calls": 2, "ran": 1}
+    lenient = tool_call([""], [""], [[1]], env_state=[state(("ok", ""))], require_output=False)
+    assert lenient[0].value == 1.0
+    assert [s.value for s in tool_call([""], [""], [[1]])] == [None]  # no environment in the recipe
+    spec = load_registry().rewards["tool_call"]
+    assert spec.fn is tool_call and spec.gold_columns == ()

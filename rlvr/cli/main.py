@@ -420,6 +420,30 @@ def eval_cmd(recipe, model, split, limit, ks, output_dir, overrides, profile):
 
 @cli.command()
 @click.argument("recipe")
+@click.option("--output", "output_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The pool file (JSONL) to write, for data.pool_file.")
+@click.option("--model", default=None, help="Model to measure (hub id, folder, or alias).")
+@click.option("--k", type=_Int(min=2), default=None, help="Samples per prompt (default: sampling.num_generations).")
+@click.option("--limit", type=_Int(min=1), default=None, help="The first N train prompts (default: data.train_limit).")
+@_recipe_options
+def pool(recipe, output_path, model, k, limit, overrides, profile):
+    """Measure each train prompt's pass rate over K samples drawn as training draws them, for data.pool_file."""
+    from rlvr.runs.outputs import check_folder_target
+
+    check_folder_target(output_path.parent, f"--output {output_path}: folder")
+    # data.pool_file is what this writes: the recipe may name it before it exists
+    settings = [("data.pool_file", None), ("data.pool_pass_range", None)] + ([("model.name", model)] if model else [])
+    registry = _registry()
+    rec = _load_resolved(recipe, list(overrides), profile, registry, settings)
+    from rlvr.evaluation.evaluate import build_pool
+
+    n = build_pool(rec, registry, output_path, k=k, limit=limit)
+    click.echo(f"{n['prompts']} prompts x {n['samples_per_prompt']} samples: {n['learnable']} learnable, "
+               f"{n['always_passed']} always passed, {n['never_passed']} never passed -> {output_path}")
+
+
+@cli.command()
+@click.argument("recipe")
 @_recipe_options
 @click.option("--model", default=None, help="Model to serve (hub id, folder, or alias): the one the trainer starts "
               "from (its --model).")
@@ -528,6 +552,34 @@ def plot(run_dir, output):
         written = plot_metrics(run_dir, output)
     if str(written) != "-":
         click.echo(str(written))
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--step", type=int, default=None, help="The step to show (default: the last with samples).")
+@click.option("--group", "groups", type=int, multiple=True, help="Only this group (repeatable).")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many samples.")
+def samples(run_dir, step, groups, limit):
+    """Print what the model wrote during training (RUN_DIR/samples.jsonl), turn by turn:
+    the policy's text, the tool's output, each reward and the advantage."""
+    from rlvr.runs.samples import format_records, read_samples
+
+    path = run_dir / "samples.jsonl"
+    if not path.is_file():
+        raise RlvrError(f"{path}: no samples (a run writes them every trainer.samples_every steps)")
+    records = read_samples(path)
+    steps = sorted({r["step"] for r in records})
+    if not steps:
+        raise RlvrError(f"{path}: no samples in it yet")
+    step = steps[-1] if step is None else step
+    if step not in steps:
+        raise RlvrError(f"{path}: no samples of step {step}; steps with samples: {_ranges(steps)}")
+    chosen = [r for r in records if r["step"] == step and (not groups or r["group"] in groups)]
+    click.echo(format_records(chosen[:limit]))
+
+
+def _ranges(numbers: list[int]) -> str:
+    return ", ".join(str(n) for n in numbers[:10]) + (f", ... {numbers[-1]}" if len(numbers) > 10 else "")
 
 
 def main():

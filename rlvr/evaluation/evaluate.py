@@ -67,7 +67,7 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
         rows = [eval_set.rows[i] for i in mine]
         outs, flat_rows, sums = (episodes.sample(sampler, rows, [p.ids for p in prompts], **options) if mine
                                  else ([], [], episode_sums([])))
-    correctness = ev.correctness_reward or next(iter(recipe.rewards))
+    correctness = recipe.task_reward
     flat = [c for group in outs for c in group]
     flat_prompts = [p.text for p in prompts for _ in range(n)]
     scored = score_batch(rewards, flat_prompts, [c.text for c in flat], [c.token_ids for c in flat], flat_rows) if flat else None
@@ -89,7 +89,9 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
         })
     ks = ev.k
     local = {"n": len(per_prompt), "pass@1": sum(p["passed"][0] for p in per_prompt),
-             "maj": sum(p["maj"] for p in per_prompt), "unscorable": sum(p["unscorable"] for p in per_prompt)}
+             "maj": sum(p["maj"] for p in per_prompt), "unscorable": sum(p["unscorable"] for p in per_prompt),
+             "reward_sum": sum(r for r in scored.total if r is not None) if scored else 0.0,
+             "reward_n": sum(r is not None for r in scored.total) if scored else 0}
     local.update({f"pass@{k}": sum(pass_at_k(n, sum(p["passed"]), k) for p in per_prompt) for k in ks})
     if sums is not None:
         sums.pop("time_env", None)
@@ -103,6 +105,8 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
         "accuracy": total["pass@1"] / count if count else 0.0,
         **{f"pass@{k}": total[f"pass@{k}"] / count if count else 0.0 for k in ks},
         "unscorable": int(total["unscorable"]),
+        # the weighted total of every reward, shaping included, beside the task metric above
+        "reward_mean": total["reward_sum"] / total["reward_n"] if total["reward_n"] else None,
     }
     if n > 1:
         result[f"maj@{n}"] = total["maj"] / count if count else 0.0
@@ -131,8 +135,8 @@ def breakdown(rows: list[dict], per_prompt: list[dict], key: str) -> dict[str, d
     return {g: {"n": len(v), "pass@1": sum(v) / len(v)} for g, v in sorted(groups.items())}
 
 
-def evaluate(recipe: Recipe, registry: Registry, output_dir: Path) -> dict[str, Any]:
-    """``rlvr eval``: load the model into a sampler, evaluate, write reports."""
+def _load_and_evaluate(recipe: Recipe, registry: Registry, keep_samples: bool) -> tuple[dict, list[dict], PromptSet]:
+    """Load the model into a sampler of its own and evaluate the recipe's eval split with it."""
     from transformers import AutoTokenizer
 
     from rlvr.models.hub import resolve_model
@@ -153,10 +157,16 @@ def evaluate(recipe: Recipe, registry: Registry, output_dir: Path) -> dict[str, 
                                seed=0, get_model=lambda: model, tokenizer=tokenizer)
         try:
             result, per_prompt = evaluate_with(recipe, bind_rewards(recipe.rewards, registry), sampler, eval_set,
-                                               keep_samples=True,
+                                               keep_samples=keep_samples,
                                                episodes=episode_runner(recipe, registry, tokenizer, model_path))
         finally:
             sampler.close()  # vLLM tears its own groups down first
+    return result, per_prompt, eval_set
+
+
+def evaluate(recipe: Recipe, registry: Registry, output_dir: Path) -> dict[str, Any]:
+    """``rlvr eval``: load the model into a sampler, evaluate, write reports."""
+    result, per_prompt, eval_set = _load_and_evaluate(recipe, registry, keep_samples=True)
     rows = eval_set.rows
     for key in ("subject", "level"):
         if key in rows[0]:
@@ -171,6 +181,41 @@ def evaluate(recipe: Recipe, registry: Registry, output_dir: Path) -> dict[str, 
     (output_dir / "report.md").write_text(_markdown(result))
     print(_markdown(result))
     return result
+
+
+def pool_recipe(recipe: Recipe, k: int | None = None, limit: int | None = None) -> Recipe:
+    """The recipe whose "evaluation" measures what training draws: the train task, prompt and split
+    (its first ``limit`` rows, default ``data.train_limit``), ``k`` samples a prompt (default
+    ``sampling.num_generations``) at the training temperature, top-p and token budget."""
+    s = recipe.sampling
+    measured = recipe.eval.model_copy(update=dict(
+        task=None, prompt=None, split=recipe.data.train_split, limit=limit or recipe.data.train_limit,
+        k=[k or s.num_generations], temperature=s.temperature, max_tokens=s.max_tokens))
+    return recipe.model_copy(update={"eval": measured})
+
+
+def build_pool(recipe: Recipe, registry: Registry, output: Path, k: int | None = None,
+               limit: int | None = None) -> dict[str, Any]:
+    """``rlvr pool``: each train prompt's pass rate over ``k`` samples, written to ``output`` as a
+    pool file (``rlvr.recipe.pool_file``) for ``data.pool_file``; returns a summary."""
+    from rlvr.recipe.pool_file import pool_record
+    from rlvr.runs.outputs import open_output
+
+    measured = pool_recipe(recipe, k, limit)
+    result, per_prompt, prompts = _load_and_evaluate(measured, registry, keep_samples=False)
+    task, split = recipe.task.name, recipe.data.train_split
+    records = [pool_record(task, split, prompts.position(p["index"]), prompts.rows[p["index"]], p["passed"])
+               for p in per_prompt]
+    with open_output(output) as f:
+        f.writelines(json.dumps(r, default=str) + "\n" for r in records)
+    rates = [r["pass_rate"] for r in records]
+    summary = {"prompts": len(records), "samples_per_prompt": result["samples_per_prompt"],
+               "temperature": result["temperature"], "never_passed": sum(r == 0 for r in rates),
+               "always_passed": sum(r == 1 for r in rates), "learnable": sum(0 < r < 1 for r in rates),
+               "mean_pass_rate": sum(rates) / len(rates) if rates else 0.0}
+    if prompts.dropped:
+        summary["dropped_overlong_prompts"] = prompts.dropped
+    return summary
 
 
 def _markdown(result: dict) -> str:

@@ -57,12 +57,15 @@ def load_yaml(text: str) -> Any:
 
 
 # Settings a recipe may write in short form, and their long form: `task: gsm8k` is
-# `task: {name: gsm8k}`, `rewards: {format: 0.1}` is `rewards: {format: {weight: 0.1}}`.
+# `task: {name: gsm8k}`, `rewards: {format: 0.1}` is `rewards: {format: {weight: 0.1}}`,
+# `data: {pool: true}` is `data: {pool: {enabled: true}}`.
 def _long_form(keys: tuple[str, ...], value: Any) -> dict | None:
     if keys in (("task",), ("eval", "task")) and isinstance(value, str):
         return {"name": value}
     if len(keys) == 2 and keys[0] == "rewards" and isinstance(value, (int, float)) and not isinstance(value, bool):
         return {"weight": value}
+    if keys == ("data", "pool") and isinstance(value, bool):
+        return {"enabled": value}
     return None
 
 

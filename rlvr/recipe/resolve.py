@@ -16,6 +16,7 @@ from rlvr import RlvrError
 from rlvr.host.options import option_checker
 from rlvr.host.registry import Registry, did_you_mean
 from rlvr.kit.data import data_dir
+from rlvr.recipe.pool_file import check_pool_file
 from rlvr.recipe.spec import PromptConfig, Recipe, TaskRef, template_fields
 from rlvr.recipe.template import fields
 
@@ -25,6 +26,8 @@ def resolve(recipe: Recipe, registry: Registry) -> None:
     _check_task(registry, recipe.task, recipe.prompt, [recipe.data.train_split], recipe, "")
     _check_task(registry, recipe.eval_task, recipe.eval_prompt, [recipe.eval_split], recipe, "eval.")
     _check_correctness(recipe)
+    if recipe.data.pool_file is not None:
+        check_pool_file(recipe)  # the file and its selection; its rows are matched when they load
     if recipe.environment is None and "environment" in recipe.rewards:
         raise RlvrError("reward 'environment' is the score of an episode's environment, but the recipe names no "
                         "environment (add environment: {name: ...}; `rlvr environments` lists them)")

@@ -26,6 +26,22 @@ class TaskRef(Strict):
     options: dict[str, Any] = Field(default_factory=dict)
 
 
+class PoolConfig(Strict):
+    """``data.pool``: a group whose rewards are all equal trains nothing; prompts whose last groups were
+    all like that are retired (skipped) for a while."""
+
+    enabled: bool = False
+    # Retire a prompt after this many consecutive groups all solved (or all failed). 2: one such
+    # group is often luck (K=4 at a 50% pass rate: 1 in 8), two in a row rarely (1 in 64).
+    retire_after: int = Field(default=2, ge=1)
+    # Epochs a retired prompt sits out (times its rank's stream passes it by) before it is drawn
+    # again; None: never (until every prompt of a rank is retired).
+    revisit_after: int | None = Field(default=2, ge=1)
+    # A zero-variance group whose reward (the weighted total) is at least this is "solved", else
+    # "failed"; None: eval.pass_threshold.
+    pass_threshold: float | None = None
+
+
 class DataConfig(Strict):
     train_split: str = "train"
     eval_split: str = "test"
@@ -36,6 +52,35 @@ class DataConfig(Strict):
     # longest prompt kept. None: keep all, and size the context from the longest.
     max_prompt_tokens: int | None = Field(default=None, ge=1)
     overlong_prompts: Literal["drop", "error"] = "drop"
+    # The learnable-prompt pool (rlvr.training.pool; docs/training.md): stop drawing prompts whose
+    # last groups were all solved or all failed, and draw them again some epochs later.
+    pool: PoolConfig = Field(default_factory=PoolConfig)
+    # Train only on the prompts of a pool file (`rlvr pool`) whose pass rate is in pool_pass_range
+    # ([lo, hi], inclusive; None: 0 < rate < 1, prompts neither always nor never solved).
+    pool_file: str | None = None
+    pool_pass_range: tuple[float, float] | None = None
+
+    @field_validator("pool", mode="before")
+    @classmethod
+    def _pool_shorthand(cls, value: Any) -> Any:
+        return {"enabled": value} if isinstance(value, bool) else value
+
+    @model_validator(mode="after")
+    def _pool_file(self) -> DataConfig:
+        if self.pool_file is not None and not self.pool_file.strip():
+            raise ValueError("pool_file: give a file written by `rlvr pool`, or leave it out")
+        if self.pool_pass_range is not None:
+            lo, hi = self.pool_pass_range
+            if self.pool_file is None:
+                raise ValueError("pool_pass_range needs pool_file (the pass rates come from it)")
+            if not 0 <= lo <= hi <= 1:
+                raise ValueError(f"pool_pass_range [{lo}, {hi}]: want 0 <= lo <= hi <= 1")
+        return self
+
+
+class Shot(Strict):
+    user: str
+    assistant: str
 
 
 class PromptConfig(Strict):
@@ -45,6 +90,9 @@ class PromptConfig(Strict):
     chat_template: bool = True
     # Columns a reward checks against (its gold answer) that the prompt may show all the same.
     gold_in_prompt: list[str] = Field(default_factory=list)
+    # Worked examples shown before the question, as earlier chat turns (few-shot): literal text,
+    # no {{column}} fields. Without a chat template: "user\n\nassistant\n\n" each, after the system text.
+    shots: list[Shot] = Field(default_factory=list)
 
 
 class RewardEntry(Strict):
@@ -172,16 +220,67 @@ class ISCorrectionConfig(Strict):
     cap: float = Field(default=2.0, gt=1)
 
 
+class GSPOConfig(Strict):
+    # GSPO clips the sequence's ratio (the geometric mean of its token ratios) to
+    # [1 - eps_low, 1 + eps_high]; a mean ratio moves far less than a token's, so the range is far
+    # narrower than PPO's: the GSPO paper uses eps_low 3e-4, eps_high 4e-4. No defaults: say them.
+    eps_low: float = Field(gt=0, lt=1)
+    eps_high: float = Field(gt=0)
+
+
+class CISPOConfig(Strict):
+    # CISPO clips each token's importance weight to [1 - eps_low, 1 + eps_high] and detaches it;
+    # no token loses its gradient. None: no lower bound (MiniMax-M1 tuned eps_high only).
+    eps_low: float | None = Field(default=None, ge=0)
+    eps_high: float = Field(gt=0)
+
+
 class AlgorithmConfig(Strict):
     normalize_advantages: Literal["none", "group_std", "batch_std"] = "none"
+    # ppo: -A * ratio per token, clipped by `clip` when set (PPO/DAPO), else REINFORCE with the
+    # leave-one-out baseline. gspo: the sequence-level ratio, clipped by `gspo`. cispo: the clipped,
+    # detached importance weight times A * log p, bounds in `cispo` (docs/training.md, "Loss variants").
+    policy_loss: Literal["ppo", "gspo", "cispo"] = "ppo"
     clip: ClipConfig | None = None
+    gspo: GSPOConfig | None = None
+    cispo: CISPOConfig | None = None
     ppo_epochs: int = Field(default=1, ge=1)
-    loss_aggregation: Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean"] = "token_mean"
+    loss_aggregation: Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean",
+                              "seq_mean_token_sum_norm"] = "token_mean"
+    # seq_mean_token_sum_norm (Dr. GRPO): each sequence's token sum is divided by this constant
+    # (Dr. GRPO: the generation budget, sampling.max_tokens) and averaged over sequences.
+    loss_norm_tokens: int | None = Field(default=None, ge=1)
     kl: KLConfig = Field(default_factory=KLConfig)
     length_penalty: LengthPenaltyConfig | None = None
     mask_truncated: bool = False
     dynamic_sampling: DynamicSamplingConfig = Field(default_factory=DynamicSamplingConfig)
     is_correction: ISCorrectionConfig = Field(default_factory=ISCorrectionConfig)
+
+    @model_validator(mode="after")
+    def _loss_options(self) -> AlgorithmConfig:
+        kind = self.policy_loss
+        hints = {"gspo": "{eps_low: 3.0e-4, eps_high: 4.0e-4} (the GSPO paper's)",
+                 "cispo": "{eps_high: ...} (eps_low left out: no lower bound, as MiniMax-M1)"}
+        for other in ("gspo", "cispo"):
+            if other != kind and getattr(self, other) is not None:
+                raise ValueError(f"algorithm.{other} is set but policy_loss is {kind}: "
+                                 f"set policy_loss: {other}, or drop algorithm.{other}")
+        if kind != "ppo":
+            if getattr(self, kind) is None:
+                raise ValueError(f"policy_loss {kind} needs its bounds: algorithm.{kind}: {hints[kind]}")
+            if self.clip is not None:
+                raise ValueError(f"algorithm.clip is PPO's token clip; policy_loss {kind} clips with "
+                                 f"algorithm.{kind}: drop algorithm.clip")
+            if self.ppo_epochs < 2:
+                raise ValueError(f"policy_loss {kind} with ppo_epochs 1 is plain REINFORCE (its ratio is exactly 1): "
+                                 "set ppo_epochs >= 2, or use policy_loss: ppo")
+        if self.loss_aggregation == "seq_mean_token_sum_norm" and self.loss_norm_tokens is None:
+            raise ValueError("loss_aggregation seq_mean_token_sum_norm needs loss_norm_tokens "
+                             "(Dr. GRPO: the generation budget, e.g. sampling.max_tokens)")
+        if self.loss_aggregation != "seq_mean_token_sum_norm" and self.loss_norm_tokens is not None:
+            raise ValueError(f"loss_norm_tokens is read only by loss_aggregation seq_mean_token_sum_norm, "
+                             f"not {self.loss_aggregation}: drop it or change the aggregation")
+        return self
 
 
 class TrainerConfig(Strict):
@@ -217,6 +316,13 @@ class TrainerConfig(Strict):
     eval_every: int | None = Field(default=None, ge=1)
     eval_at_start: bool = False  # held-out accuracy before training (written to eval.jsonl)
     eval_at_end: bool = False
+    # Warn when the task reward (eval.correctness_reward, else the first) has been 0 or less for
+    # every sample of this many consecutive steps: a format the reward does not read. 0: never.
+    stuck_reward_steps: int = Field(default=5, ge=0)
+    # Every this many steps the first samples_groups groups of the step's rollout (rank 0's) go to
+    # OUTPUT_DIR/samples.jsonl, per turn for episodes (`rlvr samples RUN` prints them). 0: never.
+    samples_every: int = Field(default=4, ge=0)
+    samples_groups: int = Field(default=2, ge=1)
 
 
 class EvalConfig(Strict):
@@ -346,6 +452,13 @@ class Recipe(Strict):
         return self.eval.max_tokens or self.sampling.max_tokens
 
     @property
+    def task_reward(self) -> str:
+        """The reward that says whether a sample did the task (``eval.correctness_reward``, else
+        the first reward): its raw value against ``eval.pass_threshold`` is the task accuracy,
+        in training's metrics and in every evaluation, beside the weighted total."""
+        return self.eval.correctness_reward or next(iter(self.rewards))
+
+    @property
     def prompts_per_step(self) -> int:
         return self.trainer.rollout_batch_size // self.sampling.num_generations
 
@@ -365,6 +478,10 @@ class Recipe(Strict):
 def template_fields(prompt: PromptConfig, columns: Iterable[str] | None = None) -> set[str]:
     """Dataset columns a prompt's system text and template refer to (``{{column}}``)."""
     found = set()
+    for i, shot in enumerate(prompt.shots):
+        for role in ("user", "assistant"):
+            if fields(getattr(shot, role)):
+                raise RlvrError(f"prompt.shots[{i}].{role}: shots are literal text, without {{{{column}}}} fields")
     for where, text in (("template", prompt.template), ("system", prompt.system or "")):
         try:
             found.update(fields(text, columns))

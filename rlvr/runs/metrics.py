@@ -8,11 +8,12 @@ ranks name by name, and ``step_row`` turns the totals into the means a user read
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import zlib
 from pathlib import Path
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 
 def is_maximum(name: str) -> bool:
@@ -62,8 +63,11 @@ def reduce_sums(stats: Mapping[str, float]) -> dict[str, float]:
     return out
 
 
-def rollout_sums(rollout) -> dict[str, float]:
-    """A rollout's contribution to the step's sums (rewards, lengths, per-reward values)."""
+def rollout_sums(rollout, task: tuple[str, float] | None = None) -> dict[str, float]:
+    """A rollout's contribution to the step's sums (rewards, lengths, per-reward values).
+
+    ``task``: (the task reward's name, its pass threshold): counts the samples that did the task
+    (``task_pass`` of ``task_n`` scorable) and its largest raw value (``task_reward_max``)."""
     scored = [r for r in rollout.rewards if r is not None]
     lengths = rollout.lengths
     sums = {
@@ -74,8 +78,15 @@ def rollout_sums(rollout) -> dict[str, float]:
     for name in rollout.reward_names:
         values = [v for v in rollout.reward_values[name] if v is not None]
         sums[f"reward/{name}/sum"], sums[f"reward/{name}/n"] = sum(values), len(values)
+    if task is not None:
+        name, threshold = task
+        values = [v for v in rollout.reward_values[name] if v is not None]
+        sums.update(task_pass=sum(v >= threshold for v in values), task_n=len(values),
+                    task_reward_max=max(values, default=-math.inf))
     if rollout.episodes is not None:
         sums.update(rollout.episodes)
+    if getattr(rollout, "pool", None) is not None:  # the prompt pool's (data.pool): pool_prompts, pool_active, ...
+        sums.update(rollout.pool)
     return sums
 
 
@@ -122,6 +133,9 @@ def step_row(step: int, s: Mapping[str, float], *, world: int, reward_names: Ite
             row[f"{name}_frac"] = times[name] / times["step"]
     for name in reward_names:
         row[f"reward/{name}"] = _ratio(s[f"reward/{name}/sum"], s[f"reward/{name}/n"], math.nan)
+    if "task_n" in s:  # the task metric (the task reward, raw, against its threshold) beside the total
+        row["task_accuracy"] = _ratio(s["task_pass"], s["task_n"], math.nan)
+        row["task_reward_max"] = s["task_reward_max"] if s["task_n"] else math.nan
     if "episodes" in s:  # per episode: turns, tokens (the environment's vs the policy's), tool figures
         n = s["episodes"]
         row.update({
@@ -131,6 +145,13 @@ def step_row(step: int, s: Mapping[str, float], *, world: int, reward_names: Ite
         })
         for name in sorted(k for k in s if k.startswith("env/")):
             row[name] = _ratio(s[name], n)
+    if "pool_prompts" in s:  # data.pool: prompts drawn from (summed over ranks), the retired shares, revisits
+        row.update({
+            "pool_size": int(s["pool_active"]),
+            "pool_retired_solved_frac": _ratio(s["pool_retired_solved"], s["pool_prompts"]),
+            "pool_retired_failed_frac": _ratio(s["pool_retired_failed"], s["pool_prompts"]),
+            "pool_revisited": int(s["pool_revisited"]), "pool_readmitted": int(s["pool_readmitted"]),
+        })
     if "is_tokens" in s:  # the sampler's log-probs came back: its mismatch with the trainer
         row.update({
             "is_weight_mean": _ratio(s["is_weight"], s["is_tokens"]),
@@ -144,9 +165,38 @@ def step_row(step: int, s: Mapping[str, float], *, world: int, reward_names: Ite
 
 def step_line(row: Mapping, total: int) -> str:
     """The one line a step prints."""
-    return (f"step {row['step'] + 1}/{total}  reward {row['reward_mean']:.3f}  len {row['completion_len_mean']:.1f}  "
+    task = f"  acc {row['task_accuracy']:.3f}" if "task_accuracy" in row else ""
+    return (f"step {row['step'] + 1}/{total}  reward {row['reward_mean']:.3f}{task}  len {row['completion_len_mean']:.1f}  "
             f"truncated {row['truncated_frac']:.2f}  zero-var {row['zero_variance_frac']:.2f}  kl {row['kl']:.4f}  "
             f"loss {row['loss']:+.4f}  {row['time_step']:.1f} s")
+
+
+class StuckReward:
+    """Warns (once per stretch) when the task reward has stayed at or below 0 for every sample
+    of ``patience`` consecutive steps: nothing the policy does earns it, so nothing is learnt;
+    most often the answers are in a form the reward does not read."""
+
+    def __init__(self, patience: int, reward: str, enabled: bool = True):
+        self.patience, self.reward, self.enabled = patience, reward, enabled
+        self.run, self.warned = 0, False
+
+    def update(self, row: Mapping, samples: Sequence = ()) -> str | None:
+        """Feed a step's row (and its completions, one of which the warning shows); returns the
+        warning the step it is due (logged when enabled), else None."""
+        best = row.get("task_reward_max", math.nan)
+        if not self.patience or math.isnan(best) or best > 0:
+            self.run, self.warned = 0, False
+            return None
+        self.run += 1
+        if self.run < self.patience or self.warned:
+            return None
+        self.warned = True
+        sample = " ".join(samples[0].text.split())[:160] if samples else "(none)"
+        message = (f"reward stuck at 0: {self.reward!r} scored 0 or less for every sample of the last {self.run} "
+                   f"steps; check that the answers are in the form the reward reads. A sample: {sample!r}")
+        if self.enabled:
+            logging.getLogger("rlvr.training").warning(message)
+        return message
 
 
 class MetricsLog:

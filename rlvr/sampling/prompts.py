@@ -7,6 +7,7 @@ rewards see), so a prompt sampled K times is tokenized and decoded once.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Sequence
 
@@ -22,13 +23,18 @@ class Prompt:
 
 def render_prompt(tokenizer, prompt_cfg, row: dict) -> list[int]:
     """Prompt token ids: ``{{column}}`` fields of ``system`` and ``template`` filled from the row,
-    then wrapped in the tokenizer's chat template (unless the recipe turns it off)."""
+    after the recipe's worked examples (``shots``) as earlier turns, then wrapped in the
+    tokenizer's chat template (unless the recipe turns it off)."""
     user = render(prompt_cfg.template, row)
     system = render(prompt_cfg.system, row) if prompt_cfg.system else None
+    shots = getattr(prompt_cfg, "shots", ())
     if not prompt_cfg.chat_template or tokenizer.chat_template is None:
-        text = (system + "\n\n" if system else "") + user
+        text = (system + "\n\n" if system else "") + "".join(f"{s.user}\n\n{s.assistant}\n\n" for s in shots) + user
         return tokenizer(text, add_special_tokens=True)["input_ids"]
-    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": user}]
+    messages = ([{"role": "system", "content": system}] if system else [])
+    for shot in shots:  # worked examples, as earlier turns of the conversation
+        messages += [{"role": "user", "content": shot.user}, {"role": "assistant", "content": shot.assistant}]
+    messages += [{"role": "user", "content": user}]
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
 
@@ -49,6 +55,10 @@ class PromptSet:
     rows: list[dict]
     prompts: list[Prompt]
     dropped: int  # rows left out for a prompt longer than the limit
+    positions: list[int] | None = None  # each row's place in its split, as the task yields it (None: 0, 1, ...)
+
+    def position(self, i: int) -> int:
+        return i if self.positions is None else self.positions[i]
 
     @property
     def longest(self) -> int:
@@ -56,31 +66,35 @@ class PromptSet:
 
 
 def fit_prompts(rows: Sequence[dict], prompts: Sequence[Prompt], max_tokens: int | None, on_overlong: str,
-                where: str) -> PromptSet:
+                where: str, positions: Sequence[int] | None = None) -> PromptSet:
     """Keep the rows whose prompt has at most ``max_tokens`` tokens (None: all).
 
     ``on_overlong="drop"`` leaves the others out and counts them; ``"error"`` refuses the first
-    one with a one-line error naming it.
+    one with a one-line error naming it. ``positions``: the rows' places in their split (None:
+    0, 1, ...).
     """
+    positions = list(range(len(rows))) if positions is None else list(positions)
     if max_tokens is None:
-        return PromptSet(list(rows), list(prompts), 0)
-    kept_rows, kept = [], []
+        return PromptSet(list(rows), list(prompts), 0, positions)
+    kept_rows, kept, kept_positions = [], [], []
     for i, (row, prompt) in enumerate(zip(rows, prompts)):
         if len(prompt.ids) <= max_tokens:
             kept_rows.append(row)
             kept.append(prompt)
+            kept_positions.append(positions[i])
         elif on_overlong == "error":
             name = row.get("id") or row.get("task_id") or f"row {i + 1}"
             raise RlvrError(f"{where}: {name} has a prompt of {len(prompt.ids)} tokens, over data.max_prompt_tokens "
                             f"{max_tokens}: raise it, or set data.overlong_prompts: drop")
     if not kept:
         raise RlvrError(f"{where}: every prompt is longer than data.max_prompt_tokens {max_tokens}")
-    return PromptSet(kept_rows, kept, len(rows) - len(kept))
+    return PromptSet(kept_rows, kept, len(rows) - len(kept), kept_positions)
 
 
 def load_prompt_set(recipe, registry, tokenizer, *, split: str) -> PromptSet:
     """The train (``split="train"``) or evaluation rows of a recipe with their rendered prompts,
-    after ``data.max_prompt_tokens``."""
+    after ``data.pool_file`` (train rows only) and ``data.max_prompt_tokens``."""
+    from rlvr.recipe.pool_file import select_rows
     from rlvr.recipe.resolve import load_rows
 
     if split == "train":
@@ -88,8 +102,14 @@ def load_prompt_set(recipe, registry, tokenizer, *, split: str) -> PromptSet:
     else:
         ref, name, prompt, limit = recipe.eval_task, recipe.eval_split, recipe.eval_prompt, recipe.eval.limit
     rows = load_rows(registry, ref, name, limit)
+    positions = None
+    if split == "train" and recipe.data.pool_file is not None:
+        positions = select_rows(recipe, rows)
+        logging.getLogger("rlvr.sampling.prompts").info(
+            f"data.pool_file: training on {len(positions)} of {len(rows)} prompts ({recipe.data.pool_file})")
+        rows = [rows[i] for i in positions]
     return fit_prompts(rows, render_all(tokenizer, prompt, rows), recipe.data.max_prompt_tokens,
-                       recipe.data.overlong_prompts, f"task {ref.name!r} split {name!r}")
+                       recipe.data.overlong_prompts, f"task {ref.name!r} split {name!r}", positions)
 
 
 def check_prompt_lengths(recipe, registry) -> list[str]:

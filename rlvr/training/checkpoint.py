@@ -1,5 +1,6 @@
 """Checkpoints: DeepSpeed's (weights, optimizer) plus each rank's RNG state and prompt-stream
-position, for an exact ``--resume``; and the final model as a plain transformers folder.
+position (and prompt-pool state), for an exact ``--resume``; and the final model as a plain
+transformers folder.
 
 A checkpoint folder is data, never code: ``--resume`` reads rlvr's own files as JSON and
 DeepSpeed's with ``torch.load(weights_only=True)`` (see :func:`weights_only_loads`), so a
@@ -19,11 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from rlvr import RlvrError
+from rlvr.training.pool import check_state as check_pool_state
 
 
 @dataclass
 class TrainState:
     step: int = 0  # the next step to run
+    pool: dict | None = None  # the prompt pool's state (rlvr.training.pool) a resumed run continues from
 
 
 def check_output_dir(ckpt_dir: Path, resume: bool) -> None:
@@ -55,13 +58,17 @@ class RankState:
     data_position: int
     python_rng: tuple  # random.getstate(): (version, 625 ints, gauss_next)
     torch_rng: list[int]  # torch.get_rng_state() as bytes
+    pool: dict | None = None  # PromptPool.state() under data.pool (absent from older files: None)
 
 
 def encode_rank_state(state: RankState) -> dict:
     """``state`` as JSON data: nothing in a checkpoint we write is unpickled to resume."""
     version, internal, gauss_next = state.python_rng
-    return {"format": RANK_STATE_FORMAT, "step": state.step, "data_position": state.data_position,
+    data = {"format": RANK_STATE_FORMAT, "step": state.step, "data_position": state.data_position,
             "python_rng": [version, list(internal), gauss_next], "torch_rng": list(state.torch_rng)}
+    if state.pool is not None:
+        data["pool"] = state.pool
+    return data
 
 
 def decode_rank_state(data: Any) -> RankState:
@@ -80,7 +87,12 @@ def decode_rank_state(data: Any) -> RankState:
         random.Random().setstate(python_state)  # checked on a scratch generator, not the global one
     except (TypeError, ValueError, OverflowError) as exc:
         raise ValueError(f"python_rng: {exc}") from None
-    return RankState(step, position, python_state, torch_rng)
+    pool = data.get("pool")
+    if pool is not None:
+        check_pool_state(pool)
+        if pool["position"] != position:
+            raise ValueError(f"pool: position {pool['position']} is not data_position {position}")
+    return RankState(step, position, python_state, torch_rng, pool)
 
 
 def _write_json_atomic(path: Path, data: dict) -> None:
@@ -90,7 +102,9 @@ def _write_json_atomic(path: Path, data: dict) -> None:
     os.replace(part, path)
 
 
-def save_checkpoint(engine, ckpt_dir: Path, state: TrainState, *, rank: int, data_position: int, keep_last: int) -> None:
+def save_checkpoint(engine, ckpt_dir: Path, state: TrainState, *, rank: int, data_position: int, keep_last: int,
+                    pool: dict | None = None) -> None:
+    """``data_position`` (and ``pool``, the prompt pool's state) as of the last batch trained."""
     import torch
     import torch.distributed as dist
 
@@ -99,7 +113,7 @@ def save_checkpoint(engine, ckpt_dir: Path, state: TrainState, *, rank: int, dat
     # DeepSpeed writes `latest` after the weights and optimizer: a kill mid-save keeps the old one.
     # The per-rank files go first so a checkpoint that `latest` names always has them.
     folder.mkdir(parents=True, exist_ok=True)
-    rank_state = RankState(state.step, data_position, random.getstate(), torch.get_rng_state().tolist())
+    rank_state = RankState(state.step, data_position, random.getstate(), torch.get_rng_state().tolist(), pool)
     _write_json_atomic(_rank_file(folder, rank), encode_rank_state(rank_state))
     dist.barrier()
     engine.save_checkpoint(str(ckpt_dir), tag=tag)
@@ -147,7 +161,7 @@ def load_checkpoint(engine, ckpt_dir: Path, *, rank: int) -> tuple[TrainState, i
         raise RlvrError(f"--resume: DeepSpeed found no checkpoint in {ckpt_dir / tag}")
     random.setstate(saved.python_rng)
     torch.set_rng_state(torch.tensor(saved.torch_rng, dtype=torch.uint8))
-    return TrainState(step=saved.step), saved.data_position
+    return TrainState(step=saved.step, pool=saved.pool), saved.data_position
 
 
 def deepspeed_safe_globals() -> list:

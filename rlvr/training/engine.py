@@ -42,7 +42,8 @@ from rlvr.models.hub import resolve_model
 from rlvr.recipe.spec import Recipe
 from rlvr.rewards.runner import BoundReward, bind_rewards
 from rlvr.runs.logs import RunOutput
-from rlvr.runs.metrics import MetricsLog, reduce_sums, rollout_sums, step_line, step_row
+from rlvr.runs.metrics import MetricsLog, StuckReward, reduce_sums, rollout_sums, step_line, step_row
+from rlvr.runs.samples import SamplesLog, sample_records
 from rlvr.sampling.episodes import episode_runner
 from rlvr.sampling.prompts import PromptSet, load_prompt_set
 from rlvr.sampling.samplers import context_length, make_sampler, model_max_len, require_vllm, sampler_dtype
@@ -50,7 +51,8 @@ from rlvr.sampling.server import connect_samplers, run_evaluates, run_lengths
 from rlvr.training.checkpoint import TrainState, check_output_dir, load_checkpoint, save_checkpoint, save_final
 from rlvr.training.learner import Learner, is_correction_mode
 from rlvr.training.policy import build_policy, lr_multiplier, sync_weights, trainer_dtype
-from rlvr.training.rollout import Pipeline, PromptStream, RolloutProducer
+from rlvr.training.pool import prompt_source
+from rlvr.training.rollout import Pipeline, RolloutProducer
 
 log = logging.getLogger("rlvr.training.engine")
 
@@ -162,15 +164,15 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
         # vLLM's shutdown may tear down the default process group: nothing collective after it
         closing.callback(sampler.close)
         state, position = TrainState(), 0
-        metrics = MetricsLog(output_dir / "metrics.jsonl", enabled=rank == 0)
+        report = StepReport(recipe, world, rank, out, tokenizer)
         if resume:
             state, position = load_checkpoint(backend.engine, ckpt_dir, rank=rank)
-            metrics.truncate_to(state.step)
+            report.truncate_to(state.step)
             log.info(f"resumed at step {state.step}")
         if resume or (s.mode == "server" and s.server.urls):
             # a running sampler named in urls may hold another run's weights: never trust it
             sync_weights(backend.module, sampler, lora=lora, zero3=zero3, bucket_bytes=bucket)
-        stream = PromptStream(len(train_set.rows), recipe.data.seed, rank, world, position)
+        stream = prompt_source(recipe, len(train_set.rows), rank, world, position, state.pool)  # data.pool or not
         is_mode, want_logprobs = _importance_sampling(recipe, cuda)
         episodes = episode_runner(recipe, registry, tokenizer, model_path)
         producer = RolloutProducer(sampler, rewards, train_set, stream, groups=recipe.prompts_per_step // world,
@@ -201,16 +203,11 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
             times = {"generate": rollout.time_generate, "score": rollout.time_score, "train": train_time,
                      **({"env": rollout.time_env} if rollout.episodes is not None else {}),
                      **pipeline.times, "step": time.perf_counter() - step_start}
-            grad_norm = update.pop("grad_norm")
-            sums = reduce_sums({**rollout_sums(rollout), **update})
-            row = step_row(step, sums, world=world, reward_names=rollout.reward_names, times=times,
-                           lr=backend.lr, grad_norm=grad_norm,  # the rate the optimizer really used
-                           staleness=step - rollout.policy_version)
-            metrics.write(row)
-            out.step(step_line(row, t.steps))
+            report(step, rollout, update, times, lr=backend.lr,  # the rate the optimizer really used
+                   advantages=learner.last_advantages)
             if state.step % t.save_every == 0 or state.step == t.steps:
                 save_checkpoint(backend.engine, ckpt_dir, state, rank=rank, data_position=rollout.stream_position,
-                                keep_last=t.keep_last)
+                                keep_last=t.keep_last, pool=rollout.pool_state)
             if t.eval_every and state.step % t.eval_every == 0 and state.step < t.steps:
                 evaluate(f"step{state.step}", state.step)
         out.stop_bar()
@@ -223,6 +220,36 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
             _write_summary(summary, output_dir)
         dist.barrier()
         return summary
+
+
+class StepReport:
+    """What a step leaves: its row in ``metrics.jsonl`` (and TensorBoard), its line on the
+    console, the stuck-reward warning, and every ``trainer.samples_every`` steps its samples."""
+
+    def __init__(self, recipe: Recipe, world: int, rank: int, out: RunOutput, tokenizer):
+        t, folder = recipe.trainer, out.path.parent
+        self.recipe, self.world, self.out, self.decode = recipe, world, out, tokenizer.decode
+        self.metrics = MetricsLog(folder / "metrics.jsonl", enabled=rank == 0)
+        self.samples = SamplesLog(folder / "samples.jsonl", every=t.samples_every, groups=t.samples_groups,
+                                  enabled=rank == 0)
+        self.stuck = StuckReward(t.stuck_reward_steps, recipe.task_reward, enabled=rank == 0)
+
+    def truncate_to(self, next_step: int) -> None:
+        """A resumed run redoes the steps from ``next_step`` (numbered from 0) on."""
+        self.metrics.truncate_to(next_step)
+        self.samples.truncate_to(next_step + 1)
+
+    def __call__(self, step: int, rollout, update: dict, times: dict, *, lr: float, advantages) -> None:
+        grad_norm = update.pop("grad_norm")
+        task = (self.recipe.task_reward, self.recipe.eval.pass_threshold)
+        sums = reduce_sums({**rollout_sums(rollout, task), **update})
+        row = step_row(step, sums, world=self.world, reward_names=rollout.reward_names, times=times, lr=lr,
+                       grad_norm=grad_norm, staleness=step - rollout.policy_version)
+        self.metrics.write(row)
+        self.out.step(step_line(row, self.recipe.trainer.steps))
+        self.stuck.update(row, rollout.completions)
+        if self.samples.due(step + 1):
+            self.samples.write(sample_records(step + 1, rollout, advantages, self.decode, self.samples.groups))
 
 
 # What one more micro-batch costs, in tokens through the model (per-call work that does not grow

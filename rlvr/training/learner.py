@@ -19,7 +19,7 @@ import torch
 from rlvr.runs.metrics import add_sums, reduce_sums
 from rlvr.training.algo import rloo_advantages, shortest_correct_penalty
 from rlvr.training.forward import completion_hidden, completion_logits, micro_batch_cost, output_head, plan_micro_batches
-from rlvr.training.losses import (aggregate, head_logprobs, importance_weights, kl_estimate, policy_loss,
+from rlvr.training.losses import (aggregate, head_logprobs, importance_weights, kl_estimate, surrogate_loss,
                                   token_logprobs_and_entropy)
 from rlvr.training.rollout import Rollout
 
@@ -81,6 +81,15 @@ def policy_mask(mask: torch.Tensor, token_masks: Sequence[list[int] | None]) -> 
         if m is not None:
             out[row, : len(m)] *= torch.tensor(m, dtype=out.dtype, device=out.device)
     return out
+
+
+def loss_bounds(algorithm) -> tuple | None:
+    """The clip bounds of ``algorithm.policy_loss``: ppo's ``clip`` (None: REINFORCE), gspo's
+    sequence-ratio bounds, cispo's importance-weight bounds (``eps_low`` None: no lower bound)."""
+    if algorithm.policy_loss == "ppo":
+        return (algorithm.clip.eps_low, algorithm.clip.eps_high) if algorithm.clip else None
+    section = getattr(algorithm, algorithm.policy_loss)
+    return (section.eps_low, section.eps_high)
 
 
 def sequence_weights(keep: Sequence[bool], truncated: Sequence[bool], mask_truncated: bool) -> list[float]:
@@ -195,9 +204,10 @@ class Learner:
         grad norm.
 
         A sequence whose advantage is exactly 0 (or whose weight is 0) adds exactly 0 to the loss
-        and to the gradient when the loss has no other term: with ``skip_zero_advantage`` it is
-        not forwarded at all, nor are its old or reference log-probs taken. Every normaliser is
-        computed over the whole batch as before, so the gradient is the same. With KL in the loss
+        and to the gradient when the loss has no other term, whichever ``algorithm.policy_loss`` (ppo,
+        gspo, cispo all multiply by the advantage): with ``skip_zero_advantage`` it is not forwarded
+        at all, nor are its old or reference log-probs taken. Every normaliser is computed over the
+        whole batch as before, so the gradient is the same. With KL in the loss
         every sequence carries gradient and nothing is skipped (``skip_blocked_by_kl``). The
         figures per token (entropy, clipping, importance weights) are over the trained tokens.
         """
@@ -217,6 +227,7 @@ class Learner:
                                        old, ref, want_old=True, want_ref=True)
             rewards = [None if r is None else r - kl.beta * v for r, v in zip(rewards, kl_seq)]
         advantages, keep, groups = rloo_advantages(rewards, k, algo.normalize_advantages)
+        self.last_advantages = advantages  # what the samples written beside the metrics show
         weights = sequence_weights(keep, rollout.truncated, algo.mask_truncated)
         skip = self.skip_zero_advantage and not kl_in_loss
         trained = [i for i in range(n) if not skip or (weights[i] != 0.0 and advantages[i] != 0.0)]
@@ -232,7 +243,7 @@ class Learner:
         plan += [skipped[:1]] * missing
         if need_old or kl_in_loss:
             self._old_and_ref(plan, prompts, completions, masks, old, ref, want_old=need_old, want_ref=kl_in_loss)
-        clip = (algo.clip.eps_low, algo.clip.eps_high) if algo.clip else None
+        bounds = loss_bounds(algo)
         stats = dict.fromkeys(("loss", "kl", "entropy", "clip_low", "clip_high", "tokens"), 0.0)
         if kl_in_reward:  # measured on every sequence: the skipped ones' from the pass above
             stats["kl"] = float(sum(kl_seq[i] for i in skipped))
@@ -252,7 +263,7 @@ class Learner:
                 mask = resp_mask * torch.tensor([weights[i] for i in idx], device=self.device).unsqueeze(-1)
                 adv = torch.tensor([advantages[i] for i in idx], device=self.device, dtype=torch.float32)
                 proximal = _stack(old, idx, logp) if need_old else logp.detach()
-                tok_loss, c_low, c_high = policy_loss(logp, proximal, adv, clip)
+                tok_loss, c_low, c_high = surrogate_loss(algo.policy_loss, logp, proximal, adv, resp_mask, bounds)
                 if kl.beta > 0:
                     kl_tok = kl_estimate(logp, _stack(ref, idx, logp), kl.estimator)
                     if kl_in_loss:
@@ -268,7 +279,7 @@ class Learner:
                         if counted:
                             stats = add_sums(stats, is_stats)
                     tok_loss = tok_loss * is_weights[j]
-                loss = aggregate(tok_loss, mask, algo.loss_aggregation, norm["tokens"], norm["seqs"])
+                loss = aggregate(tok_loss, mask, algo.loss_aggregation, norm["tokens"], norm["seqs"], algo.loss_norm_tokens)
                 if not counted:
                     loss = loss * 0.0  # a null micro-batch: its (zero) gradient only keeps ranks in step
                 self.backend.backward(loss, last=j == len(plan) - 1)

@@ -1,4 +1,4 @@
-"""The tensor side of RLOO: per-token log-probs, the (optionally clipped) policy loss,
+"""The tensor side of RLOO: per-token log-probs, the policy losses (REINFORCE/PPO, GSPO, CISPO),
 KL estimators, and loss aggregation. Pure functions, tested against hand-computed numbers.
 
 Shapes: ``[B, T]`` for per-token values of B responses padded to T tokens; ``mask`` is 1
@@ -108,7 +108,93 @@ def policy_loss(
     return loss, clipped_low, clipped_high
 
 
-def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, num_tokens: float, num_seqs: float) -> torch.Tensor:
+def gspo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    bounds: tuple[float, float],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """GSPO (Zheng et al. 2025): PPO's pessimistic objective on the sequence's ratio
+    ``s_i = exp(mean_t (logp - old_logp))`` over its ``mask`` tokens (the geometric mean of the
+    token ratios), clipped to ``[1 - eps_low, 1 + eps_high]`` for the whole sequence.
+
+    Per token in the GSPO-token form: ``s_it = sg[s_i] * exp(logp_t - sg[logp_t])`` has the value
+    ``s_i`` and the gradient ``s_i * grad logp_t``, so ``advantages`` may be [B] or [B, T]; with
+    one advantage per sequence and ``seq_mean_token_mean`` aggregation it is the paper's
+    sequence-level gradient exactly. A sequence clipped on the side of its advantage gives no
+    gradient through any of its tokens. Indicators: per token, where its sequence was clipped.
+    """
+    eps_low, eps_high = bounds
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    mask = mask.to(logp.dtype)
+    with torch.no_grad():
+        log_seq = ((logp - old_logp) * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
+        seq_ratio = log_seq.exp()
+    ratio = seq_ratio * torch.exp(logp - logp.detach())
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - eps_low, 1.0 + eps_high)
+    loss = torch.maximum(unclipped, clipped)
+    clipped_low = ((seq_ratio < 1.0 - eps_low) & (advantages < 0)).expand(loss.shape)
+    clipped_high = ((seq_ratio > 1.0 + eps_high) & (advantages > 0)).expand(loss.shape)
+    return loss, clipped_low, clipped_high
+
+
+def cispo_loss(
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    bounds: tuple[float | None, float],
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """CISPO (MiniMax-M1, 2025): ``-sg[clip(r_t, 1 - eps_low, 1 + eps_high)] * A * logp_t`` with
+    ``r_t = exp(logp_t - old_logp_t)``. The importance weight is clipped and detached; the
+    gradient ``-w_t * A * grad logp_t`` flows through every token (none is dropped, unlike PPO's
+    clip). ``eps_low`` None: no lower bound (MiniMax-M1's choice). The loss *value* is
+    ``-w * A * logp``, not PPO's ``-A * ratio``: only its gradient compares. Indicators: tokens of
+    non-zero advantage whose weight was clipped below (``r < 1 - eps_low``) or above."""
+    eps_low, eps_high = bounds
+    if advantages.dim() == 1:
+        advantages = advantages.unsqueeze(-1)
+    low = None if eps_low is None else 1.0 - eps_low
+    with torch.no_grad():
+        ratio = torch.exp(logp - old_logp)
+        weight = ratio.clamp(min=low, max=1.0 + eps_high)
+        bites = (advantages != 0) & (mask > 0)
+        clipped_low = (ratio < low) & bites if low is not None else torch.zeros_like(bites)
+        clipped_high = (ratio > 1.0 + eps_high) & bites
+    return -advantages * weight * logp, clipped_low, clipped_high
+
+
+POLICY_LOSSES = ("ppo", "gspo", "cispo")
+
+
+def surrogate_loss(
+    kind: str,
+    logp: torch.Tensor,
+    old_logp: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    bounds: tuple | None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The per-token loss and clip indicators (low, high) of ``algorithm.policy_loss`` ``kind``:
+    ``ppo`` (:func:`policy_loss`; ``bounds`` None: REINFORCE with a baseline), ``gspo``
+    (:func:`gspo_loss`) or ``cispo`` (:func:`cispo_loss`). Every one of them is exactly 0, with
+    a zero gradient, where the advantage is 0."""
+    if kind == "ppo":
+        return policy_loss(logp, old_logp, advantages, bounds)
+    if bounds is None:
+        raise ValueError(f"policy loss {kind!r} needs its clip bounds")
+    if kind == "gspo":
+        return gspo_loss(logp, old_logp, advantages, mask, bounds)
+    if kind == "cispo":
+        return cispo_loss(logp, old_logp, advantages, mask, bounds)
+    raise ValueError(f"unknown policy loss {kind!r} ({', '.join(POLICY_LOSSES)})")
+
+
+def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, num_tokens: float, num_seqs: float,
+              norm_tokens: float | None = None) -> torch.Tensor:
     """Sum of this micro-batch's share of a batch-level mean.
 
     ``num_tokens`` and ``num_seqs`` count the whole batch (all micro-batches, all ranks),
@@ -116,6 +202,8 @@ def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, num_tokens: f
 
     - token_mean: every response token of the batch weighs the same (DAPO);
     - seq_mean_token_sum: per-response token sums, averaged over responses;
+    - seq_mean_token_sum_norm: the same divided by the constant ``norm_tokens`` (Dr. GRPO: the
+      token sum over a fixed length L, not over any sequence's or batch's own token count);
     - seq_mean_token_mean: per-response token means, averaged over responses (GRPO paper).
     """
     mask = mask.to(values.dtype)
@@ -124,6 +212,10 @@ def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, num_tokens: f
     per_seq = (values * mask).sum(-1)
     if mode == "seq_mean_token_sum":
         return per_seq.sum() / max(num_seqs, 1.0)
+    if mode == "seq_mean_token_sum_norm":
+        if not norm_tokens or norm_tokens <= 0:
+            raise ValueError("seq_mean_token_sum_norm needs norm_tokens > 0 (algorithm.loss_norm_tokens)")
+        return per_seq.sum() / (float(norm_tokens) * max(num_seqs, 1.0))
     if mode == "seq_mean_token_mean":
         return (per_seq / mask.sum(-1).clamp(min=1.0)).sum() / max(num_seqs, 1.0)
     raise ValueError(f"unknown loss aggregation {mode!r}")

@@ -3,7 +3,9 @@
 ``RolloutProducer.produce(step)`` takes this rank's prompts from its shard of the prompt
 stream, samples K completions for each, scores them with the recipe's rewards and returns a
 ``Rollout`` ready for the update. With dynamic sampling (DAPO) groups whose rewards are all
-equal are sampled again, from fresh prompts of the same shard, up to ``max_rounds``.
+equal are sampled again, from fresh prompts of the same shard, up to ``max_rounds``. The stream
+may be a ``rlvr.training.pool.PromptPool`` (``data.pool``): it is told every group's rewards, the
+groups sampled again included, and skips the prompts it retired.
 """
 
 from __future__ import annotations
@@ -62,6 +64,9 @@ class Rollout:
     stream_position: int = 0  # this rank's prompt-stream position after taking these prompts
     episodes: dict[str, float] | None = None  # sums over the episodes (rlvr.sampling.episodes.episode_sums)
     time_env: float = 0.0  # wall seconds waiting for the environments (part of time_generate)
+    pool: dict[str, float] | None = None  # the prompt pool's figures (rlvr.training.pool), when there is one
+    pool_state: dict | None = None  # the pool's state after taking these prompts, for the checkpoint
+    reward_infos: dict[str, list] | None = None  # per reward, per completion: what it said (why, pred, ...)
 
     @property
     def reward_names(self) -> list[str]:
@@ -116,11 +121,12 @@ class RolloutProducer:
 
     def produce(self, step: int) -> Rollout:
         k = self.sampling.num_generations
-        kept: list[tuple[int, list[Completion], list[float | None], dict[str, list]]] = []
+        kept: list[tuple[int, list[Completion], list[float | None], dict[str, list], dict[str, list]]] = []
         errors = rounds = 0
         t_gen = t_score = 0.0
         episodes: dict[str, float] | None = None
         wanted = self.stream.take(self.groups)
+        record = getattr(self.stream, "record", None)  # a PromptPool learns from every group sampled
         while wanted:
             rounds += 1
             last_round = not self.dynamic.enabled or rounds >= self.dynamic.max_rounds
@@ -138,20 +144,25 @@ class RolloutProducer:
                 episodes = add_sums(episodes, sums)
             for g, index in enumerate(wanted):
                 part = slice(g * k, (g + 1) * k)
+                if record is not None:
+                    record(index, scored.total[part])
                 if not last_round and zero_variance(scored.total[part]):
                     continue
-                kept.append((index, flat[part], scored.total[part], {n: scored.values[n][part] for n in scored.names}))
+                kept.append((index, flat[part], scored.total[part], {n: scored.values[n][part] for n in scored.names},
+                             {n: scored.infos[n][part] for n in scored.names}))
             wanted = [] if last_round else self.stream.take(self.groups - len(kept))
         names = [r.name for r in self.rewards]
         return Rollout(
             group_size=k,
             prompt_ids=[self.prompts.prompts[index].ids for index, *_ in kept],
-            completions=[c for _, cs, _, _ in kept for c in cs],
-            rewards=[r for _, _, rs, _ in kept for r in rs],
-            reward_values={n: [v for *_, vals in kept for v in vals[n]] for n in names},
+            completions=[c for _, cs, *_ in kept for c in cs],
+            rewards=[r for _, _, rs, *_ in kept for r in rs],
+            reward_values={n: [v for *_, vals, _ in kept for v in vals[n]] for n in names},
+            reward_infos={n: [x for *_, infos in kept for x in infos[n]] for n in names},
             reward_errors=errors, rounds=rounds, time_generate=t_gen, time_score=t_score,
             stream_position=self.stream.position, episodes=episodes,
             time_env=episodes.pop("time_env", 0.0) if episodes else 0.0,
+            pool=self.stream.figures() if record else None, pool_state=self.stream.state() if record else None,
         )
 
 

@@ -1,0 +1,151 @@
+"""What the model wrote during training: ``samples.jsonl`` beside ``metrics.jsonl``, and the
+terminal view of it (``rlvr samples RUN``).
+
+Every ``trainer.samples_every`` steps, the first ``trainer.samples_groups`` groups of the step's
+rollout (rank 0's) go to ``samples.jsonl``, one record per completion::
+
+    {"step": 4, "group": 0, "sample": 3, "prompt": "...", "turns": [{"role": "policy",
+     "text": "...", "trained": true}, {"role": "environment", "text": "...", "trained": false}],
+     "rewards": {"math": 1.0, "tool_call": 1.0}, "reasons": {"math": {...}}, "total": 1.2,
+     "advantage": 0.54, "truncated": false}
+
+An episode's completion is cut into turns where its token mask changes: the policy's own
+tokens (trained on) and the environment's replies (not trained on). A plain completion is one
+policy turn. Steps are numbered as in ``metrics.jsonl`` and on the console (from 1).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import textwrap
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+Decode = Callable[[Sequence[int]], str]
+
+
+def turns(text: str, token_ids: Sequence[int], mask: Sequence[int] | None, decode: Decode) -> list[dict]:
+    """A completion's turns: runs of equal mask values decoded separately (1: the policy's,
+    0: the environment's); without a mask, the whole text is one policy turn."""
+    if mask is None:
+        return [{"role": "policy", "text": text, "trained": True}]
+    out, start = [], 0
+    for end in range(1, len(token_ids) + 1):
+        if end == len(token_ids) or mask[end] != mask[start]:
+            own = bool(mask[start])
+            out.append({"role": "policy" if own else "environment", "text": decode(token_ids[start:end]),
+                        "trained": own})
+            start = end
+    return out
+
+
+def _number(value: Any) -> Any:
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def sample_records(step: int, rollout, advantages: Sequence[float] | None, decode: Decode,
+                   groups: int) -> list[dict]:
+    """Records of the first ``groups`` groups of ``rollout`` (an ``rlvr.training.rollout.Rollout``)
+    at ``step`` (numbered from 1), with each completion's ``advantages`` entry when given."""
+    k = rollout.group_size
+    infos = getattr(rollout, "reward_infos", None) or {}
+    out = []
+    for i, c in enumerate(rollout.completions[: groups * k]):
+        g = i // k
+        out.append({
+            "step": step, "group": g, "sample": i % k, "prompt": decode(rollout.prompt_ids[g]),
+            "turns": turns(c.text, c.token_ids, c.mask, decode),
+            "rewards": {name: _number(values[i]) for name, values in rollout.reward_values.items()},
+            "reasons": {name: values[i] for name, values in infos.items() if values[i]},
+            "total": _number(rollout.rewards[i]),
+            "advantage": None if advantages is None else round(float(advantages[i]), 6),
+            "truncated": c.truncated,
+        })
+    return out
+
+
+class SamplesLog:
+    """``samples.jsonl``: the records of every ``every``-th step (none when ``every`` is 0),
+    written by rank 0; a resumed run first drops what it will write again."""
+
+    def __init__(self, path: Path, *, every: int, groups: int, enabled: bool):
+        self.path, self.every, self.groups, self.enabled = Path(path), every, groups, enabled and every > 0
+
+    def due(self, step: int) -> bool:
+        """``step`` numbered from 1."""
+        return self.enabled and step % self.every == 0
+
+    def write(self, records: Iterable[Mapping]) -> None:
+        if not self.enabled:
+            return
+        with open(self.path, "a", encoding="utf-8") as f:
+            for record in records:
+                f.write(json.dumps(record) + "\n")
+
+    def truncate_to(self, next_step: int) -> None:
+        """Keep the records of steps before ``next_step`` (numbered from 1)."""
+        if not self.enabled or not self.path.exists():
+            return
+        keep = [line for line in self.path.read_text(encoding="utf-8").splitlines()
+                if _step_of(line) is not None and _step_of(line) < next_step]
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+        os.replace(tmp, self.path)
+
+
+def _step_of(line: str) -> int | None:
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError:
+        return None  # a line cut short by a kill
+    step = record.get("step") if isinstance(record, dict) else None
+    return step if isinstance(step, int) else None
+
+
+def read_samples(path: Path) -> list[dict]:
+    """The records of a run's ``samples.jsonl`` (lines cut short by a kill are left out)."""
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        if _step_of(line) is not None:
+            out.append(json.loads(line))
+    return out
+
+
+def format_records(records: Sequence[Mapping], width: int | None = None) -> str:
+    """``records`` as the terminal shows them: a header per sample (step, group, rewards,
+    advantage), then each turn, indented, the environment's marked as not trained on."""
+    width = width or max(60, min(120, shutil.get_terminal_size((100, 20)).columns))
+    lines: list[str] = []
+    last_prompt = None
+    for r in records:
+        if (r["step"], r["group"]) != last_prompt:
+            last_prompt = (r["step"], r["group"])
+            lines += ["", f"=== step {r['step']}, group {r['group']} " + "=" * 20, "prompt:"]
+            lines += _indent(r["prompt"], width)
+        scores = "  ".join(f"{name} {_fmt(v)}" for name, v in r["rewards"].items())
+        advantage = "" if r.get("advantage") is None else f"  advantage {r['advantage']:+.3f}"
+        cut = "  (truncated)" if r.get("truncated") else ""
+        lines += ["", f"--- sample {r['sample']}: total {_fmt(r['total'])}  ({scores}){advantage}{cut}"]
+        for turn in r["turns"]:
+            lines.append(f"  [{turn['role']}{'' if turn['trained'] else ', not trained on'}]")
+            lines += _indent(turn["text"], width, "    ")
+        for name, info in r.get("reasons", {}).items():
+            why = info.get("why") if isinstance(info, dict) else info
+            if why:
+                lines.append(f"  {name}: {why}")
+    return "\n".join(lines).lstrip("\n")
+
+
+def _fmt(value: Any) -> str:
+    return "-" if value is None else f"{value:.3f}" if isinstance(value, float) else str(value)
+
+
+def _indent(text: str, width: int, pad: str = "  ") -> list[str]:
+    out = []
+    for line in text.splitlines() or [""]:
+        out += textwrap.wrap(line, width - len(pad), initial_indent=pad, subsequent_indent=pad,
+                             replace_whitespace=False, drop_whitespace=False) or [pad.rstrip()]
+    return out

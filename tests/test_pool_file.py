@@ -1,0 +1,224 @@
+"""Pool files (`rlvr pool`, data.pool_file, data.pool_pass_range) and the data.pool recipe options:
+what a recipe keeps from a pool file, and the one-line errors for a file that does not fit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlvr import RlvrError
+from rlvr.host.registry import load_registry
+from rlvr.recipe.load import load_recipe
+from rlvr.recipe.pool_file import pool_record, read_pool_file, select_rows
+from rlvr.recipe.resolve import load_rows, resolve
+from rlvr.recipe.spec import TaskRef
+from rlvr.sampling.prompts import load_prompt_set
+
+BASE = """
+name: t
+task: {name: arithmetic, options: {size: 12}}
+prompt: {template: "{{question}}"}
+rewards: {math: 1.0}
+sampling: {num_generations: 4, temperature: 0.7, max_tokens: 24}
+trainer: {rollout_batch_size: 16, micro_batch_size: 4}
+"""
+RATES = [0.0, 0.25, 1.0, 0.5, 0.0, 0.75, 1.0, 0.25, 0.5, 0.0, 1.0, 0.25]  # row i's pass rate
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return load_registry()
+
+
+@pytest.fixture(scope="module")
+def rows(registry):
+    return load_rows(registry, TaskRef(name="arithmetic", options={"size": 12}), "train")
+
+
+def load_recipe_text(folder: Path, extra: str, overrides=()):
+    path = folder / "r.yaml"
+    path.write_text(BASE + extra)
+    return load_recipe(path, list(overrides))
+
+
+def write_pool(path: Path, rows, rates=RATES, task="arithmetic", split="train", ids=True) -> Path:
+    with open(path, "w") as f:
+        for i, (row, rate) in enumerate(zip(rows, rates)):
+            passed = int(rate * 4)
+            record = pool_record(task, split, i, row if ids else {}, [True] * passed + [False] * (4 - passed))
+            f.write(json.dumps(record) + "\n")
+    return path
+
+
+# ---------------------------------------------------------------------------- the recipe options
+def test_pool_options_and_their_shorthand(tmp_path):
+    recipe = load_recipe_text(tmp_path, "data: {pool: true}\n", ["data.pool.retire_after=3"])
+    assert recipe.data.pool.enabled and recipe.data.pool.retire_after == 3 and recipe.data.pool.revisit_after == 2
+    off = load_recipe_text(tmp_path, "")
+    assert not off.data.pool.enabled and off.data.pool_file is None and off.data.pool.pass_threshold is None
+    never = load_recipe_text(tmp_path, "data: {pool: {enabled: true, revisit_after: null, pass_threshold: 0.5}}\n")
+    assert never.data.pool.revisit_after is None and never.data.pool.pass_threshold == 0.5
+
+
+@pytest.mark.parametrize("extra, message", [
+    ("data: {pool: {enabled: true, retire_after: 0}}", "data.pool.retire_after: Input should be greater than or equal to 1"),
+    ("data: {pool: {revisit_after: 0}}", "data.pool.revisit_after"),
+    ("data: {pool: {window: 8}}", "data.pool.window: unknown setting"),
+    ("data: {pool: {enabled: maybe}}", "data.pool.enabled"),
+    ("data: {pool_pass_range: [0.1, 0.9]}", "data: pool_pass_range needs pool_file"),
+    ("data: {pool_file: p.jsonl, pool_pass_range: [0.9, 0.1]}", "want 0 <= lo <= hi <= 1"),
+    ("data: {pool_file: p.jsonl, pool_pass_range: [0, 1.5]}", "want 0 <= lo <= hi <= 1"),
+    ("data: {pool_file: p.jsonl, pool_pass_range: [0.5]}", "data.pool_pass_range"),
+    ("data: {pool_file: ''}", "give a file written by `rlvr pool`"),
+])
+def test_bad_pool_options_are_refused_in_one_line(tmp_path, extra, message):
+    with pytest.raises(RlvrError, match=message.replace("[", r"\[").replace("(", r"\(")) as caught:
+        load_recipe_text(tmp_path, extra + "\n")
+    assert "\n" not in str(caught.value)
+
+
+# ---------------------------------------------------------------------------- reading and selecting
+def pooled(tmp_path, rows, extra="", **kw):
+    path = write_pool(tmp_path / "pool.jsonl", rows, **kw)
+    return load_recipe_text(tmp_path, f"data: {{pool_file: {path}{extra}}}\n")
+
+
+def test_the_default_range_keeps_prompts_neither_always_nor_never_solved(tmp_path, rows, registry):
+    recipe = pooled(tmp_path, rows)
+    resolve(recipe, registry)  # the file is checked with the recipe, before any row or model loads
+    assert select_rows(recipe, rows) == [i for i, r in enumerate(RATES) if 0 < r < 1] == [1, 3, 5, 7, 8, 11]
+
+
+@pytest.mark.parametrize("span, kept", [
+    ("[0.5, 1.0]", [2, 3, 5, 6, 8, 10]),  # inclusive at both ends
+    ("[0.0, 0.0]", [0, 4, 9]),  # only the never solved
+    ("[0.3, 0.6]", [3, 8]),
+])
+def test_an_explicit_pass_range_is_inclusive(tmp_path, rows, span, kept):
+    assert select_rows(pooled(tmp_path, rows, f", pool_pass_range: {span}"), rows) == kept
+
+
+def test_rows_without_ids_are_matched_by_index(tmp_path, rows):
+    recipe = pooled(tmp_path, rows, ids=False)
+    assert all(r["id"] is None for r in read_pool_file(recipe.data.pool_file))
+    assert select_rows(recipe, rows) == [1, 3, 5, 7, 8, 11]
+    with pytest.raises(RlvrError, match=r"2 of the 12 prompts .* are not among the 10 train rows, e\.g\. 10"):
+        select_rows(recipe, rows[:10])
+
+
+def test_the_train_set_loads_only_the_selected_rows(tmp_path, rows, registry):
+    class Tokenizer:  # characters as token ids: enough to render prompts
+        chat_template = None
+
+        def __call__(self, text, add_special_tokens=True):
+            return {"input_ids": [ord(c) for c in text]}
+
+        def decode(self, ids, skip_special_tokens=False):
+            return "".join(map(chr, ids))
+
+    recipe = pooled(tmp_path, rows, ", max_prompt_tokens: 15")
+    longest = max(len(rows[i]["question"]) for i in (1, 3, 5, 7, 8, 11))
+    recipe.data.max_prompt_tokens = longest - 1  # the longest selected prompts are dropped after selection
+    train = load_prompt_set(recipe, registry, Tokenizer(), split="train")
+    expected = [i for i in (1, 3, 5, 7, 8, 11) if len(rows[i]["question"]) < longest]
+    assert train.positions == expected and [r["id"] for r in train.rows] == [rows[i]["id"] for i in expected]
+    assert train.dropped == 6 - len(expected) > 0
+    test = load_prompt_set(recipe, registry, Tokenizer(), split="eval")  # the eval split is never filtered
+    assert test.dropped + len(test.rows) == 12 and test.positions == sorted(test.positions)
+
+
+BAD_FILES = {
+    "missing": (None, "not found (write one with `rlvr pool RECIPE --output FILE`)"),
+    "empty": ("\n\n", "lists no prompts"),
+    "not-json": ('{"task": "arithmetic"\n', "line 1: not JSON"),
+    "not-an-object": ("[1, 2]\n", "line 1: not a JSON object"),
+    "no-task": ('{"split": "train", "index": 0, "pass_rate": 0.5}\n', "needs 'task' and 'split'"),
+    "rate-over-1": ('{"task": "arithmetic", "split": "train", "index": 0, "pass_rate": 1.5}\n', "'pass_rate' must be"),
+    "rate-a-string": ('{"task": "arithmetic", "split": "train", "index": 0, "pass_rate": "0.5"}\n', "'pass_rate' must be"),
+    "negative-index": ('{"task": "arithmetic", "split": "train", "index": -1, "pass_rate": 0.5}\n', "'index' must be"),
+    "bool-id": ('{"task": "arithmetic", "split": "train", "index": 0, "id": true, "pass_rate": 0.5}\n', "'id' must be"),
+    "twice": ('{"task": "arithmetic", "split": "train", "index": 0, "id": "a", "pass_rate": 0.5}\n'
+              '{"task": "arithmetic", "split": "train", "index": 1, "id": "a", "pass_rate": 0.5}\n',
+              "line 2: id 'a' is listed twice"),
+}
+
+
+@pytest.mark.parametrize("text, message", BAD_FILES.values(), ids=BAD_FILES.keys())
+def test_a_malformed_pool_file_is_refused_in_one_line(tmp_path, registry, text, message):
+    path = tmp_path / "pool.jsonl"
+    if text is not None:
+        path.write_text(text)
+    recipe = load_recipe_text(tmp_path, f"data: {{pool_file: {path}}}\n")
+    with pytest.raises(RlvrError, match=message.replace("(", r"\(").replace(")", r"\)")) as caught:
+        resolve(recipe, registry)
+    assert "\n" not in str(caught.value) and "data.pool_file" in str(caught.value)
+
+
+def test_a_pool_file_of_other_data_is_refused(tmp_path, rows, registry):
+    with pytest.raises(RlvrError, match="measured task 'gsm8k' split 'train', but the recipe trains on task "
+                                        "'arithmetic' split 'train'"):
+        resolve(pooled(tmp_path, rows, task="gsm8k"), registry)
+    with pytest.raises(RlvrError, match="measured task 'arithmetic' split 'test'"):
+        resolve(pooled(tmp_path, rows, split="test"), registry)
+    other = [{**row, "id": row["id"].replace("train", "elsewhere")} for row in rows]
+    recipe = pooled(tmp_path, other)
+    resolve(recipe, registry)  # the ids are only known once the rows load
+    with pytest.raises(RlvrError, match=r"12 of the 12 prompts .* e\.g\. 'arithmetic/elsewhere/0': was it measured "
+                                        "on another task"):
+        select_rows(recipe, rows)
+
+
+def test_an_empty_selection_is_refused_saying_what_the_file_holds(tmp_path, rows, registry):
+    recipe = pooled(tmp_path, rows, rates=[0.0, 1.0] * 6)
+    with pytest.raises(RlvrError, match=r"none of the 12 prompts .* has a pass rate in \(0.0, 1.0\) "
+                                        r"\(data.pool_pass_range unset\): 6 never passed, 6 always passed"):
+        resolve(recipe, registry)
+
+
+def test_validate_refuses_a_mismatched_pool_file_with_exit_2(tmp_path, rows, rlvr_cmd):
+    recipe = pooled(tmp_path, rows, task="gsm8k")
+    done = rlvr_cmd("validate", tmp_path / "r.yaml")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert "measured task 'gsm8k'" in done.stderr and recipe.data.pool_file in done.stderr
+
+
+# ---------------------------------------------------------------------------- writing a pool file
+def test_build_pool_measures_the_train_split_as_training_samples_it(tmp_path, rows, monkeypatch):
+    import rlvr.evaluation.evaluate as evaluate
+    from rlvr.sampling.prompts import PromptSet
+
+    recipe = load_recipe_text(tmp_path, "data: {train_limit: 12}\neval: {k: [1], temperature: 0.0, max_tokens: 99}\n")
+    measured = evaluate.pool_recipe(recipe, k=None, limit=5)
+    assert (measured.eval_task.name, measured.eval_split, measured.eval_prompt) == ("arithmetic", "train", recipe.prompt)
+    assert (measured.eval.k, measured.eval.temperature, measured.eval_tokens, measured.eval.limit) == ([4], 0.7, 24, 5)
+    assert evaluate.pool_recipe(recipe, k=8).eval.k == [8] and evaluate.pool_recipe(recipe).eval.limit == 12
+
+    kept = [0, 2, 3, 7]  # places in the split of the prompts that fit (the others dropped)
+    seen = {}
+
+    def fake(rec, registry, keep_samples):
+        seen["recipe"] = rec
+        prompts = PromptSet([rows[i] for i in kept], [None] * 4, 2, kept)
+        per_prompt = [{"index": j, "passed": [j % 2 == 0, j > 1, False, True]} for j in range(4)]
+        return {"samples_per_prompt": 4, "temperature": 0.7}, per_prompt, prompts
+
+    monkeypatch.setattr(evaluate, "_load_and_evaluate", fake)
+    summary = evaluate.build_pool(recipe, None, tmp_path / "out" / "pool.jsonl", limit=8)
+    assert seen["recipe"].eval.limit == 8
+    records = read_pool_file(tmp_path / "out" / "pool.jsonl")
+    assert [(r["index"], r["id"], r["passed"], r["pass_rate"]) for r in records] == [
+        (0, rows[0]["id"], 2, 0.5), (2, rows[2]["id"], 1, 0.25), (3, rows[3]["id"], 3, 0.75), (7, rows[7]["id"], 2, 0.5)]
+    assert all((r["task"], r["split"], r["n"]) == ("arithmetic", "train", 4) for r in records)
+    assert summary == {"prompts": 4, "samples_per_prompt": 4, "temperature": 0.7, "never_passed": 0,
+                       "always_passed": 0, "learnable": 4, "mean_pass_rate": 0.5, "dropped_overlong_prompts": 2}
+
+
+def test_pool_command_refuses_bad_input_before_any_model_loads(tmp_path, rlvr_cmd):
+    demo = Path(__file__).resolve().parents[1] / "tasks" / "demo.yaml"
+    done = rlvr_cmd("pool", demo, "--output", tmp_path / "p.jsonl", "--k", "1")
+    assert done.returncode == 2 and "--k" in done.stderr and done.stderr.count("\n") == 1
+    (tmp_path / "file").write_text("")
+    done = rlvr_cmd("pool", demo, "--output", tmp_path / "file" / "p.jsonl")
+    assert done.returncode == 2 and "is a file, not a folder" in done.stderr

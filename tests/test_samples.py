@@ -1,0 +1,69 @@
+"""Training samples: an episode cut into turns by its token mask, the records written every N
+steps, a resume dropping what it redoes, and the terminal view."""
+
+from __future__ import annotations
+
+import json
+
+from rlvr.runs.samples import SamplesLog, format_records, read_samples, sample_records, turns
+from rlvr.sampling.samplers import Completion
+from rlvr.training.rollout import Rollout
+
+VOCAB = {1: "Let me ", 2: "run.\n```python\nprint(6*7)\n```\n", 3: "```output\n", 4: "42\n```\n", 5: "42", 9: "Q?"}
+
+
+def decode(ids):
+    return "".join(VOCAB[i] for i in ids)
+
+
+def test_turns_follow_the_mask():
+    ids, mask = [1, 2, 3, 4, 5], [1, 1, 0, 0, 1]
+    assert turns(decode(ids), ids, mask, decode) == [
+        {"role": "policy", "text": "Let me run.\n```python\nprint(6*7)\n```\n", "trained": True},
+        {"role": "environment", "text": "```output\n42\n```\n", "trained": False},
+        {"role": "policy", "text": "42", "trained": True}]
+    assert turns("plain", [5], None, decode) == [{"role": "policy", "text": "plain", "trained": True}]
+    assert turns("", [], [], decode) == []
+
+
+def rollout():
+    episode = Completion(decode([1, 2, 3, 4, 5]), [1, 2, 3, 4, 5], False, mask=[1, 1, 0, 0, 1])
+    wrong = Completion("41", [5], True)
+    return Rollout(group_size=2, prompt_ids=[[9], [9]], completions=[episode, wrong, wrong, episode],
+                   rewards=[1.2, None, 0.0, 1.2], reward_values={"math": [1.0, None, 0.0, 1.0], "tool_call": [1, 0, 0, 1]},
+                   reward_infos={"math": [{"why": "equal"}, None, {"why": "not equal"}, {}], "tool_call": [None] * 4})
+
+
+def test_records_of_the_first_groups_with_rewards_reasons_and_advantages():
+    records = sample_records(4, rollout(), [0.6, 0.0, -1.2, 1.2], decode, groups=1)
+    assert len(records) == 2 and {r["group"] for r in records} == {0}
+    first, second = records
+    assert (first["step"], first["sample"], first["prompt"], first["total"], first["advantage"]) == (4, 0, "Q?", 1.2, 0.6)
+    assert [t["role"] for t in first["turns"]] == ["policy", "environment", "policy"]
+    assert first["rewards"] == {"math": 1.0, "tool_call": 1} and first["reasons"] == {"math": {"why": "equal"}}
+    assert second["total"] is None and second["truncated"] and second["reasons"] == {}
+    json.dumps(records)  # plain JSON
+    assert sample_records(4, rollout(), None, decode, groups=5)[3]["advantage"] is None
+
+
+def test_samples_log_writes_every_n_steps_and_a_resume_drops_what_it_redoes(tmp_path):
+    log = SamplesLog(tmp_path / "samples.jsonl", every=2, groups=1, enabled=True)
+    assert [s for s in range(1, 7) if log.due(s)] == [2, 4, 6]
+    for step in (2, 4, 6):
+        log.write(sample_records(step, rollout(), None, decode, groups=1))
+    with open(log.path, "a") as f:
+        f.write('{"step": 8, "gro')  # a kill mid-write
+    log.truncate_to(5)
+    assert [r["step"] for r in read_samples(log.path)] == [2, 2, 4, 4]
+    off = SamplesLog(tmp_path / "off.jsonl", every=0, groups=1, enabled=True)
+    assert not off.due(2) and (off.write([{"step": 2}]) is None) and not off.path.exists()
+    assert not SamplesLog(tmp_path / "r1.jsonl", every=1, groups=1, enabled=False).due(1)
+
+
+def test_terminal_view_shows_turns_rewards_and_what_is_not_trained_on():
+    text = format_records(sample_records(3, rollout(), [0.6, 0.0, -1.2, 1.2], decode, groups=1), width=80)
+    assert text.startswith("=== step 3, group 0")
+    assert "--- sample 0: total 1.200  (math 1.000  tool_call 1)  advantage +0.600" in text
+    assert "  [environment, not trained on]\n    ```output\n    42\n    ```" in text
+    assert "--- sample 1: total -  (math -  tool_call 0)  advantage +0.000  (truncated)" in text
+    assert "  math: equal" in text
