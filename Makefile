@@ -61,18 +61,24 @@ $(MV_SUITE)/.fetched: | $(STAMP)
 	tar -xzf $(MV_SUITE)/math_verify-0.9.0.tar.gz -C $(MV_SUITE) --strip-components=1
 	touch $@
 
-test: install $(RG_STAMP) $(TA_STAMP) $(MV_SUITE)/.fetched
+# TRL, the oracle for reward functions written for it (tests/test_trl_rewards.py) and the
+# benchmarks' baseline: pinned, installed once.
+TRL_STAMP := $(VENV)/.rlvr-trl-installed
+$(TRL_STAMP): $(STAMP)
+	$(PIP) install -q trl==1.16.0
+	touch $(TRL_STAMP)
+
+test: install $(RG_STAMP) $(TA_STAMP) $(MV_SUITE)/.fetched $(TRL_STAMP)
 	$(PIP) install -q --no-deps --no-build-isolation -e examples/rlvr-countdown
 	@# pytest exits 5 when it collected nothing: a test run that tests nothing is a failure.
 	RLVR_MATH_VERIFY_SUITE="$(abspath $(MV_SUITE))" \
 	RLVR_DATA_DIR="$${RLVR_DATA_DIR:-$(DATA)}" $(VENV)/bin/pytest -q --durations=15 $(PYTEST_ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
 
-bench: install
+bench: install $(TRL_STAMP)
 	RLVR_DATA_DIR="$${RLVR_DATA_DIR:-$(DATA)}" $(PY) benchmarks/bench_sandbox.py
 	RLVR_DATA_DIR="$${RLVR_DATA_DIR:-$(DATA)}" $(PY) benchmarks/bench_math.py
 	@# rlvr vs TRL's RLOOTrainer on the same model, task, reward and batch shapes (~15 min on 2 cores).
-	$(PIP) install -q trl==1.16.0
 	RLVR_DATA_DIR="$${RLVR_DATA_DIR:-$(DATA)}" $(PY) benchmarks/bench_trl.py
 
 clean-venv:

@@ -231,7 +231,7 @@ from pathlib import Path
 out, mode = Path(sys.argv[1]), sys.argv[2]
 rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
 steps = [r["step"] for r in rows]
-assert steps == [0, 1], f"{out}: steps {steps}, want [0, 1]"
+assert steps == [1, 2], f"{out}: steps {steps}, want [1, 2]"
 for r in rows:
     print(f"  step {r['step']}: loss {r['loss']:+.5f}  kl {r['kl']:.2e}  grad_norm {r['grad_norm']:.4f}  "
           f"reward_mean {r['reward_mean']}  mismatch_k3 {r.get('mismatch_k3', 0):.1e}  "

@@ -6,14 +6,14 @@ and the public hub id otherwise, and yields rows with the columns it registers.
 
 from __future__ import annotations
 
+import json
 import random
-import zlib
 from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
 from rlvr import RlvrError, hookimpl
+from rlvr.kit import hub_rows, in_test_split, local_or_hub, read_jsonl
 from rlvr.kit.boxed import last_boxed
-from rlvr.kit.data import local_or_hub
 
 T = TypeVar("T")
 
@@ -64,13 +64,6 @@ def mbpp(split: str, *, data_dir: Path) -> Iterator[dict]:
         }
 
 
-_TEST_SHARE = 5  # one generated item in five belongs to the test split
-
-
-def _in_test(key: str) -> bool:
-    return zlib.crc32(key.encode()) % _TEST_SHARE == 0
-
-
 def held_out_draws(split: str, size: int, max_attempts: int, draw: Callable[[], tuple[str, Callable[[], T]]]) -> Iterator[T]:
     """Up to ``size`` items of a generated task's ``split`` ("train" or "test").
 
@@ -86,7 +79,7 @@ def held_out_draws(split: str, size: int, max_attempts: int, draw: Callable[[], 
         if produced >= size:
             return
         key, build = draw()
-        if _in_test(key) != want_test or (want_test and key in seen):
+        if in_test_split(key) != want_test or (want_test and key in seen):
             continue
         seen.add(key)
         yield build()
@@ -173,6 +166,85 @@ def word_problems(split: str, *, data_dir: Path, size: int = 2000, seed: int = 0
         yield {"id": f"word_problems/{split}/{i}", **row}
 
 
+DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
+
+
+def dataset(split: str, *, data_dir: Path, path: str | None = None, hub: str | None = None, config: str | None = None,
+            columns: list[str] | None = None, rename: dict[str, str] | None = None,
+            splits: dict[str, str] | None = None) -> Iterator[dict]:
+    """Your own data: a local file (``path``: .jsonl, .json or .parquet) or folder (one such file
+    per split, ``<folder>/<split>.jsonl``), or a hub dataset (``hub`` id, ``config``). ``columns``
+    lists the columns the recipe uses (checked before a model loads, on every row by ``rlvr
+    validate --data``); ``rename`` maps a column to the source's name for it (``{question:
+    problem}``); ``splits`` maps a split to the source's name for it. A single file, and a
+    folder without a test file, are split by a hash of each row: one in five is ``test``, the
+    others ``train``."""
+    del data_dir, columns  # the user's own data, as given; columns are the recipe's check
+    if (path is None) == (hub is None):
+        raise RlvrError("task 'dataset': give one of path (a local file or folder) and hub (a dataset id)")
+    source = (splits or {}).get(split, split)
+    if hub is not None:
+        rows, hashed = hub_rows(hub, source, config), False
+    else:
+        rows, hashed = _local_rows(Path(path).expanduser(), split, splits or {})
+    for i, row in enumerate(rows):
+        row = dict(row)
+        for new, old in (rename or {}).items():
+            if old in row:
+                row[new] = row.pop(old)
+        if hashed and (split == "test") != in_test_split(json.dumps(row, sort_keys=True, default=str)):
+            continue
+        row.setdefault("id", f"dataset/{split}/{i}")
+        yield row
+
+
+def _local_rows(where: Path, split: str, names: dict[str, str]):
+    """(rows, whether to split them by hash): a file is the whole dataset; a folder has a file
+    per split (``names`` maps a split to its file's name), and when it has no test file, train
+    and test are both held out of its train file, by hash (neither sees the other's rows)."""
+    if where.is_file():
+        return _read_file(where), True
+    if not where.is_dir():
+        raise RlvrError(f"task 'dataset': no file or folder at {where}")
+
+    def file_of(name: str) -> Path | None:
+        name = names.get(name, name)
+        return next((where / f"{name}{s}" for s in DATA_SUFFIXES if (where / f"{name}{s}").is_file()), None)
+
+    if split in ("train", "test") and file_of("test") is None:
+        if file_of("train") is None:
+            raise RlvrError(f"task 'dataset': {where} has neither a {names.get('train', 'train')} nor a "
+                            f"{names.get('test', 'test')} file (.jsonl, .json, .parquet)")
+        return _read_file(file_of("train")), True
+    found = file_of(split)
+    if found is None:
+        raise RlvrError(f"task 'dataset': {where} has no {names.get(split, split)} file (.jsonl, .json, .parquet)")
+    return _read_file(found), False
+
+
+def _read_file(path: Path):
+    name = path.name.lower()
+    if name.endswith((".jsonl", ".jsonl.gz")):
+        return read_jsonl(path)
+    if name.endswith(".json"):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise RlvrError(f"{path}: not a readable JSON file ({exc})") from None
+        data = data.get("data", data) if isinstance(data, dict) else data
+        if not isinstance(data, list):
+            raise RlvrError(f"{path}: a JSON dataset is a list of rows (or {{\"data\": [rows]}})")
+        return data
+    if name.endswith(".parquet"):
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.read_table(path).to_pylist()
+        except Exception as exc:  # noqa: BLE001 - pyarrow's own errors, one line
+            raise RlvrError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc})") from None
+    raise RlvrError(f"{path}: a dataset file ends in {', '.join(DATA_SUFFIXES)}")
+
+
 @hookimpl
 def rlvr_register_tasks(register):
     register("gsm8k", gsm8k, columns=["id", "question", "answer"])
@@ -181,3 +253,4 @@ def rlvr_register_tasks(register):
     register("mbpp", mbpp, columns=["task_id", "text", "code", "test_list", "test_setup_code", "tests"], splits=["train", "validation", "test", "prompt"])
     register("arithmetic", arithmetic, columns=["id", "question", "answer"])
     register("word_problems", word_problems, columns=["id", "question", "answer"])
+    register("dataset", dataset, columns=[])  # its columns: the recipe's task.options.columns

@@ -7,10 +7,16 @@ The hook API for plugin authors (with the helpers in ``rlvr.kit``, all a plugin 
 - ``RlvrError``: raise it for bad user input; the CLI prints its message on one line and exits 2.
 - ``Reply``: what an environment's ``step`` returns (``rlvr.host.environments``).
 
+Training and evaluating from Python (``rlvr.api``; torch and vLLM load only when called):
+
+- ``train(recipe, overrides=..., rewards={name: fn}, tasks={name: rows}, output_dir=...)``
+  -> ``TrainResult`` (``final_model``, ``summary``, ``metrics()``, ``samples()``);
+- ``evaluate(recipe, model, ...)`` -> ``EvalResult`` (``accuracy``, ``report``, ``samples()``).
+
 The parts, each a subpackage whose docstring says what it owns and what it may import:
 ``kit`` (plugin authors' toolkit), ``host`` (plugin host), ``recipe`` (schema, loading, resolution),
 ``models``, ``rewards``, ``sampling``, ``evaluation``, ``training`` (the RLOO engine), ``runs``
-(what a run writes) and ``cli``.
+(what a run writes), ``api`` and ``cli``.
 """
 
 from __future__ import annotations
@@ -39,4 +45,19 @@ class Score:
 
 from rlvr.host.environments import Reply  # noqa: E402 - after the names it may need
 
-__all__ = ["hookimpl", "Score", "RlvrError", "Reply", "__version__"]
+
+def train(recipe, **options):
+    """Train on ``recipe`` (a path or a mapping) as ``rlvr train`` does; see ``rlvr.api.python.train``."""
+    from rlvr.api.python import train as run
+
+    return run(recipe, **options)
+
+
+def evaluate(recipe, model=None, **options):
+    """Evaluate ``model`` on ``recipe``'s eval split as ``rlvr eval`` does; see ``rlvr.api.python.evaluate``."""
+    from rlvr.api.python import evaluate as run
+
+    return run(recipe, model, **options)
+
+
+__all__ = ["hookimpl", "Score", "RlvrError", "Reply", "train", "evaluate", "__version__"]

@@ -91,9 +91,21 @@ def test_validate_shipped_and_example_recipes(rlvr_cmd):
     assert out.stdout.count(": ok") == len(recipes) + 1
 
 
-def test_validate_reads_local_data(rlvr_cmd):
+def test_validate_reads_local_data(rlvr_cmd, tmp_path):
     out = rlvr_cmd("validate", "--data", ROOT / "tasks/gsm8k.yaml")
     assert out.returncode == 0, out.stderr
+    assert "train: 7473 rows of task 'gsm8k' read" in out.stdout and "test: 1319 rows" in out.stdout
+    # every line is read: a malformed line far down a copy is named by file and line
+    from rlvr.kit.data import data_dir
+
+    lines = (data_dir() / "gsm8k" / "train.jsonl").read_text().splitlines()
+    (tmp_path / "gsm8k").mkdir()
+    (tmp_path / "gsm8k" / "test.jsonl").write_text((data_dir() / "gsm8k" / "test.jsonl").read_text())
+    lines[4000] = lines[4000][:-5]
+    (tmp_path / "gsm8k" / "train.jsonl").write_text("\n".join(lines) + "\n")
+    bad = rlvr_cmd("validate", "--data", ROOT / "tasks/gsm8k.yaml", env={"RLVR_DATA_DIR": str(tmp_path)})
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    assert bad.stderr.startswith(f"rlvr: error: {tmp_path}/gsm8k/train.jsonl:4001: not valid JSON ("), bad.stderr
 
 
 # No route to the hub: a closed local port stands in for it, whatever network CI has.
@@ -115,6 +127,26 @@ def test_hub_only_data_fails_at_once_when_the_hub_is_unreachable(rlvr_cmd, tmp_p
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "hub is unreachable" in lines[0] and "RLVR_DATA_DIR" in lines[0]
+
+
+def test_model_names_are_checked_before_anything_loads(rlvr_cmd, tmp_path):
+    misspelt = rlvr_cmd("validate", ROOT / "tasks/demo.yaml", "--set", "model.name=smollm2-135m-instruc")
+    assert misspelt.returncode == 2 and len(misspelt.stderr.strip().splitlines()) == 1
+    assert "did you mean the alias 'smollm2-135m-instruct'" in misspelt.stderr
+    (tmp_path / "weights").mkdir()
+    empty = rlvr_cmd("validate", ROOT / "tasks/demo.yaml", "--set", f"model.name={tmp_path / 'weights'}")
+    assert empty.returncode == 2 and "no config.json in it" in empty.stderr
+    for name in ("gpt2", "HuggingFaceTB/SmolLM2-135M-Instruct"):  # hub ids are checked when loaded
+        assert rlvr_cmd("validate", ROOT / "tasks/demo.yaml", "--set", f"model.name={name}").returncode == 0
+
+
+@pytest.mark.slow
+def test_a_hub_model_that_cannot_be_had_is_one_line(rlvr_cmd, tmp_path):
+    out = rlvr_cmd("eval", ROOT / "tasks/demo.yaml", "--model", "someorg/no-such-model", "--output-dir",
+                   tmp_path / "ev", env={**NO_HUB, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path)})
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+    assert out.stderr.strip().splitlines()[-1].startswith("rlvr: error: model 'someorg/no-such-model' cannot be loaded")
+    assert "cannot be loaded" in (tmp_path / "ev" / "eval.log").read_text()  # the whole story is in the log
 
 
 @pytest.mark.parametrize(

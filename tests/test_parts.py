@@ -149,7 +149,7 @@ def test_step_row_from_sums():
     assert sums["len_max"] == 4 and sums["truncated"] == 1 and sums["reward/m/n"] == 3
     update = {"loss": 0.25, "kl": 2.0, "entropy": 6.0, "clip_low": 1.0, "clip_high": 0.0, "tokens": 12.0,
               "groups": 2, "zero_variance": 1, "too_few_scorable": 0, "unscorable": 1}
-    row = step_row(3, {**sums, **update}, world=2, reward_names=["m"],
+    row = step_row(4, {**sums, **update}, world=2, reward_names=["m"],
                    times={"generate": 2.0, "step": 5.0}, lr=1e-5, grad_norm=0.7)
     assert row["reward_mean"] == pytest.approx(0.5) and row["reward_std"] == pytest.approx(math.sqrt(1.25 / 3 - 0.25))
     assert row["kl"] == pytest.approx(2 / 12) and row["entropy"] == 0.5 and row["clip_low_frac"] == pytest.approx(1 / 12)
@@ -166,7 +166,7 @@ def test_task_accuracy_beside_the_total():
     assert (sums["task_pass"], sums["task_n"], sums["task_reward_max"]) == (1, 3, 1.0)
     update = dict.fromkeys(("loss", "kl", "entropy", "clip_low", "clip_high", "tokens", "groups", "zero_variance",
                             "too_few_scorable", "unscorable"), 0.0)
-    row = step_row(0, {**sums, **update}, world=1, reward_names=["m", "shape"], times={"step": 1.0}, lr=1.0,
+    row = step_row(1, {**sums, **update}, world=1, reward_names=["m", "shape"], times={"step": 1.0}, lr=1.0,
                    grad_norm=0.0)
     assert row["task_accuracy"] == pytest.approx(1 / 3) and row["reward_mean"] == pytest.approx(1.4 / 3)
     assert "acc 0.333" in step_line(row, 1)
@@ -305,3 +305,19 @@ def test_merged_adapters_restore_bfloat16_weights_exactly():
         with merged_adapters(model):
             pass
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+
+
+def test_the_progress_bar_estimates_the_time_left_from_the_second_step(tmp_path):
+    """Steps longer than rich's default 30 s look-back used to leave the estimate at -:--:--."""
+    from rlvr.runs.logs import RunOutput
+
+    now = [1000.0]
+    with RunOutput(tmp_path, rank=0, verbose=False, total_steps=10) as out:
+        out.start_bar(0)
+        out.bar.get_time = lambda: now[0]
+        task = out.bar._tasks[out._task]
+        for _ in range(3):  # three steps of 40 s each
+            now[0] += 40.0
+            out.bar.update(out._task, advance=1)
+        assert task.time_remaining == pytest.approx(7 * 40.0)
+        out.stop_bar()

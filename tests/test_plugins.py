@@ -130,14 +130,20 @@ def test_misspelled_hook_fails_at_load():
         pm.check_pending()
 
 
-def test_bad_reward_signature_is_rejected():
+def test_a_bad_reward_signature_fails_only_its_own_name(caplog):
     class Bad:
         @hookimpl
         def rlvr_register_rewards(self, register):
-            register("bad", lambda completions: [1.0])
+            register("bad", lambda x: [1.0])  # neither rlvr's (prompts, completions, completion_ids) nor TRL's keywords
+            register("trl_style", lambda completions, **kwargs: [1.0] * len(completions))
 
-    with pytest.raises(RlvrError, match="takes \\(prompts, completions, completion_ids"):
-        load_registry(manager_with(Bad()))
+    registry = load_registry(manager_with(Bad(), RewardPlugin()))
+    assert registry.reward("exact").plugin == "p1" and registry.reward("trl_style").convention == "trl"
+    with pytest.raises(RlvrError, match="plugin 'p0': reward 'bad': a reward takes \\(prompts, completions, "
+                                        "completion_ids"):
+        registry.reward("bad")
+    warned = [r.getMessage() for r in caplog.records if "reward 'bad'" in r.getMessage()]
+    assert len(warned) == 1 and warned[0].endswith("(the reward is left out)")
 
 
 def test_builtins_come_from_entry_points():
@@ -307,8 +313,9 @@ def test_checked_options_are_converted_and_only_those_given(scored):
 
 def test_unresolvable_option_annotation_fails_registration_naming_the_plugin():
     source = STRING_HINTS.replace('Mode = Literal["boxed", "hash", "tag"]', "")
+    registry = registry_of(source, "broken_hints")  # the other names of the plugin still work
     with pytest.raises(RlvrError) as err:
-        registry_of(source, "broken_hints")
+        registry.reward("scored")
     message = str(err.value)
     assert message.startswith("plugin 'broken_hints': reward 'scored': option extract: cannot resolve its annotation 'Mode'")
     assert "NameError" in message and "\n" not in message
@@ -319,7 +326,7 @@ def test_pydantic_field_as_a_default_is_refused_at_registration():
              "def r(prompts, completions, completion_ids, *, t: float = Field(5.0, gt=0)):\n    return []\n" \
              "@hookimpl\ndef rlvr_register_rewards(register):\n    register('r', r)\n"
     with pytest.raises(RlvrError, match="plugin 'p': reward 'r': option t: a pydantic Field"):
-        registry_of(source, "p")
+        registry_of(source, "p").reward("r")
 
 
 def test_unannotated_options_keep_the_kind_of_their_default():
@@ -328,7 +335,7 @@ def test_unannotated_options_keep_the_kind_of_their_default():
     def loose(prompts, completions, completion_ids, *, strip=True, threshold=1, name="x", tags=()):
         return [1.0] * len(completions)
 
-    spec = RewardSpec("loose", loose, "", "test", "0", *reward_signature(loose))
+    spec = RewardSpec("loose", loose, "", "test", "0", *reward_signature(loose)[:4])
     assert spec.check_options({"threshold": 0.5, "tags": ["a"], "name": "y"}) == {"threshold": 0.5, "tags": ["a"], "name": "y"}
     assert spec.check_options({"threshold": 2}) == {"threshold": 2}  # kept an int
     for bad, said in [({"strip": 2}, "2 is not true or false"), ({"threshold": "1"}, "'1' is not a number"),
@@ -349,7 +356,7 @@ def test_options_named_like_model_attributes_and_enum_choices():
     def odd(prompts, completions, completion_ids, *, json: bool = False, copy: int = 1, level: Level = Level.LOW):
         return [1.0] * len(completions)
 
-    spec = RewardSpec("odd", odd, "", "test", "0", *reward_signature(odd))
+    spec = RewardSpec("odd", odd, "", "test", "0", *reward_signature(odd)[:4])
     assert spec.check_options({"json": True, "copy": 2, "level": "high"}) == {"json": True, "copy": 2, "level": Level.HIGH}
     with pytest.raises(RlvrError, match="option level: 'hgh' is not one of low, high \\(did you mean 'high'\\?\\)"):
         spec.check_options({"level": "hgh"})

@@ -59,6 +59,8 @@ def test_overrides_and_profiles(tmp_path):
         (BASE, ["trainer.lr=abc"], "trainer.lr"),
         (BASE, ["trainer.learning_rate=1"], "unknown setting"),
         (BASE, ["trainr.lr=1"], "did you mean 'trainer'"),
+        # a misspelt required key: the unknown one is named (with the right one), not the missing one
+        (BASE.replace("rewards:", "reward:"), [], "reward: unknown setting (did you mean 'rewards'?)"),
         (BASE, ["algorithm.kl.estimator=k4"], "algorithm.kl.estimator"),
         (BASE, ["noequals"], "key=value"),
         ("name: [unclosed", [], "malformed YAML"),
@@ -310,7 +312,7 @@ def test_a_gold_declaration_must_name_a_column():
     pm = get_plugin_manager(load_entry_points=False)
     pm.register(Plugin(), name="p")
     with pytest.raises(RlvrError, match="gold column 'answr' is not one of its columns"):
-        load_registry(pm)
+        load_registry(pm).reward("exact")  # registration left it out; using it says why
 
 
 @pytest.mark.parametrize(

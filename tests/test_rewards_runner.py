@@ -12,8 +12,9 @@ from rlvr.rewards.runner import BoundReward, score_batch
 
 
 def bound(fn, name, weight=1.0, **options):
-    columns, optional, opts, any_ = reward_signature(fn)
-    return BoundReward(RewardSpec(name, fn, "", "test", "0", columns, optional, opts, any_), weight, options)
+    columns, optional, opts, any_, convention = reward_signature(fn)
+    spec = RewardSpec(name, fn, "", "test", "0", columns, optional, opts, any_, convention=convention)
+    return BoundReward(spec, weight, options)
 
 
 def exact(prompts, completions, completion_ids, *, answer):

@@ -106,7 +106,7 @@ def test_kill_9_of_the_trainer_takes_the_sampler_with_it_and_resume_goes_on(tmp_
     done = subprocess.run([RLVR, "train", recipe, "--output-dir", out, "--resume", "--set", "sampling.mode=server",
                            "--set", "sampling.max_staleness=1"], env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert [r["step"] for r in rows(out)] == [0, 1, 2, 3]
+    assert [r["step"] for r in rows(out)] == [1, 2, 3, 4]
     assert all(r["staleness"] <= 1 for r in rows(out))
 
 

@@ -324,3 +324,19 @@ def test_each_connection_gets_its_own_group_key():
         sender.close()
         sampler.groups = []
     assert keys[0] != keys[1] and all(k.startswith("rlvr-weight-sync-") and len(k) > 30 for k in keys)
+
+
+def test_reload_warnings_of_layers_without_trainer_parameters_are_dropped():
+    import logging
+
+    from rlvr.sampling.weight_sync import NotSyncedByDesign
+
+    def record(layer):
+        return logging.LogRecord("vllm.model_executor.model_loader.reload.layerwise", logging.WARNING, "layerwise.py",
+                                 266, "%s: Failed to load weights", (layer,), None)
+
+    keep = NotSyncedByDesign().filter
+    assert not keep(record("RotaryEmbedding")) and not keep(record("ParallelLMHead"))
+    assert keep(record("QKVParallelLinear"))  # a layer that should have been synced: still warned about
+    other = logging.LogRecord("x", logging.WARNING, "f.py", 1, "%s: Delayed processing", ("RotaryEmbedding",), None)
+    assert keep(other)

@@ -7,13 +7,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from pathlib import Path
 
 import click
 
-from rlvr import RlvrError, __version__
-from rlvr.sampling.auth import SECRET_ENV, SECRET_FILE_ENV, required_secret
+from rlvr import RlvrError
+from rlvr.cli import runs  # noqa: F401 - registers train, eval, pool, sampler, plot, samples
+from rlvr.cli.common import _Int, _load_resolved, _recipe_options, _registry, cli
 
 
 def _cpus() -> int:
@@ -26,77 +26,6 @@ def _cpus() -> int:
 # `score --workers 1000` once forked 1000 processes; more than 4 per CPU only adds contention.
 MAX_WORKERS = 4 * _cpus()
 MAX_BATCH_SIZE = 100_000
-
-
-class _Int(click.IntRange):
-    """click.IntRange, named "integer" in messages ("'x' is not a valid integer")."""
-
-    name = "integer"
-
-
-class _OneLineUsageError(click.ClickException):
-    """A click usage error (bad option value, unknown command) as our one line, exit 2."""
-
-    exit_code = 2
-
-    def __init__(self, error: click.UsageError):
-        super().__init__(error.format_message())
-        self.command_path = error.ctx.command_path if error.ctx else "rlvr"
-
-    def show(self, file=None) -> None:
-        message = " ".join(self.format_message().split())
-        click.echo(f"rlvr: error: {message} (see '{self.command_path} --help')", err=True)
-
-
-def _one_line_usage(fn):
-    """Run ``fn``; a usage error it raises becomes :class:`_OneLineUsageError` (bare ``rlvr``
-    still prints its help)."""
-    try:
-        return fn()
-    except click.exceptions.NoArgsIsHelpError:
-        raise
-    except click.UsageError as exc:
-        raise _OneLineUsageError(exc) from None
-
-
-class _Group(click.Group):
-    def make_context(self, info_name, args, parent=None, **extra):
-        return _one_line_usage(lambda: super(_Group, self).make_context(info_name, args, parent, **extra))
-
-    def invoke(self, ctx):
-        try:
-            return _one_line_usage(lambda: super(_Group, self).invoke(ctx))
-        except RlvrError as exc:
-            click.echo(f"rlvr: error: {' '.join(str(exc).split())}", err=True)
-            sys.exit(2)
-        except KeyboardInterrupt:
-            click.echo("rlvr: interrupted", err=True)
-            sys.exit(130)
-
-
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="rlvr")
-def cli():
-    """rlvr: reinforcement learning with verifiable rewards (RLOO, DeepSpeed, vLLM).
-
-    \b
-    Quick start:
-      rlvr validate tasks/demo.yaml
-      rlvr train tasks/demo.yaml --output-dir runs/demo
-      rlvr eval tasks/gsm8k.yaml --model runs/demo/final --limit 100
-    """
-
-
-def _recipe_options(fn):
-    fn = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe setting.")(fn)
-    fn = click.option("--profile", default=None, help="Apply one of the recipe's profiles (e.g. cpu).")(fn)
-    return fn
-
-
-def _registry():
-    from rlvr.host.registry import load_registry
-
-    return load_registry()
 
 
 @cli.command()
@@ -191,7 +120,8 @@ def validate(recipes, overrides, profile, data):
         if data:
             from rlvr.recipe.resolve import peek_rows
 
-            peek_rows(recipe, registry, data_dir())
+            for note in peek_rows(recipe, registry, data_dir()):
+                click.echo(f"{path}: {note}")
             if recipe.data.max_prompt_tokens:
                 from rlvr.sampling.prompts import check_prompt_lengths
 
@@ -204,21 +134,6 @@ def validate(recipes, overrides, profile, data):
         checked = f"; checked with profiles: {', '.join(profiles)}" if profiles else ""
         click.echo(f"{path}: ok ({recipe.task.name}, rewards: {', '.join(recipe.rewards)}, "
                    f"{recipe.prompts_per_step} prompts x {recipe.sampling.num_generations} samples a step{checked})")
-
-
-def _load_resolved(path, overrides: list[str], profile: str | None, registry, settings=None):
-    """load_recipe + resolve; a name that does not resolve is reported with the recipe's path and
-    profile (load_recipe's own errors already carry them)."""
-    from rlvr.recipe.load import load_recipe
-    from rlvr.recipe.resolve import resolve
-
-    recipe = load_recipe(path, overrides, profile, settings)
-    try:
-        resolve(recipe, registry)
-    except RlvrError as exc:
-        where = f"{path} (profile {profile!r})" if profile else str(path)
-        raise RlvrError(f"{where}: {exc}") from None
-    return recipe
 
 
 @cli.command()
@@ -342,188 +257,6 @@ def _jsonable(value):
     return str(value)
 
 
-@cli.command()
-@click.argument("recipe")
-@_recipe_options
-@click.option("--max-steps", type=_Int(min=1), default=None,
-              help="Stop after this many steps (overrides trainer.steps).")
-@click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
-@click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --output-dir.")
-@click.option("--model", default=None, help="Model to train (hub id, folder, or alias).")
-@click.option("--verbose", is_flag=True, help="Also show vLLM's, DeepSpeed's and other libraries' output "
-              "(always kept in OUTPUT_DIR/train.log).")
-def train(recipe, overrides, profile, max_steps, output_dir, resume, model, verbose):
-    """Train a model on a recipe with RLOO."""
-    from rlvr.runs.outputs import check_folder_target
-
-    settings = []  # taken as given, not read as YAML: `--model 1e3` is a name
-    if model is not None:
-        settings.append(("model.name", model))
-    if max_steps is not None:
-        settings.append(("trainer.steps", max_steps))
-    registry = _registry()
-    rec = _load_resolved(recipe, list(overrides), profile, registry, settings)
-    output_dir = output_dir or Path("runs") / rec.name
-    check_folder_target(output_dir, "--output-dir")
-    if rec.sampling.mode == "server" and rec.sampling.server.urls:
-        from rlvr.sampling.server import running_samplers_secret
-
-        running_samplers_secret()  # before any model loads
-    from rlvr.training.engine import train as run_training
-
-    run_training(rec, registry, output_dir, resume=resume, verbose=verbose)
-
-
-def _parse_ks(text: str) -> list[int]:
-    """``--k 1,4,8`` as [1, 4, 8]; anything else is a one-line error."""
-    ks = []
-    for part in text.split(","):
-        try:
-            k = int(part.strip())
-        except ValueError:
-            raise RlvrError(f"--k expects comma-separated positive integers, e.g. 1,4,8; got {text!r}") from None
-        if k < 1:
-            raise RlvrError(f"--k: each k must be at least 1, got {k}")
-        ks.append(k)
-    return ks
-
-
-@cli.command(name="eval")
-@click.argument("recipe")
-@click.option("--model", default=None, help="Model to evaluate (hub id, folder, or alias).")
-@click.option("--split", default=None, help="Split to evaluate on (default: the recipe's eval split).")
-@click.option("--limit", type=_Int(min=1), default=None, help="Evaluate on the first N problems.")
-@click.option("--k", "ks", default=None, help="Comma-separated k for pass@k, e.g. 1,4,8.")
-@click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
-@_recipe_options
-def eval_cmd(recipe, model, split, limit, ks, output_dir, overrides, profile):
-    """Evaluate a model on a recipe's eval split: pass@1, pass@k, maj@k."""
-    from rlvr.runs.outputs import check_folder_target
-
-    settings = []  # taken as given, not read as YAML: `--split 2024` is a split name
-    if model is not None:
-        settings.append(("model.name", model))
-    if split is not None:
-        settings.append(("eval.split", split))
-    if limit is not None:
-        settings.append(("eval.limit", limit))
-    if ks is not None:
-        settings.append(("eval.k", _parse_ks(ks)))
-    registry = _registry()
-    rec = _load_resolved(recipe, list(overrides), profile, registry, settings)
-    output_dir = output_dir or Path("runs") / f"eval-{rec.name}"
-    check_folder_target(output_dir, "--output-dir")
-    from rlvr.evaluation.evaluate import evaluate
-
-    evaluate(rec, registry, output_dir)
-
-
-@cli.command()
-@click.argument("recipe")
-@click.option("--output", "output_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The pool file (JSONL) to write, for data.pool_file.")
-@click.option("--model", default=None, help="Model to measure (hub id, folder, or alias).")
-@click.option("--k", type=_Int(min=2), default=None, help="Samples per prompt (default: sampling.num_generations).")
-@click.option("--limit", type=_Int(min=1), default=None, help="The first N train prompts (default: data.train_limit).")
-@_recipe_options
-def pool(recipe, output_path, model, k, limit, overrides, profile):
-    """Measure each train prompt's pass rate over K samples drawn as training draws them, for data.pool_file."""
-    from rlvr.runs.outputs import check_folder_target
-
-    check_folder_target(output_path.parent, f"--output {output_path}: folder")
-    # data.pool_file is what this writes: the recipe may name it before it exists
-    settings = [("data.pool_file", None), ("data.pool_pass_range", None)] + ([("model.name", model)] if model else [])
-    registry = _registry()
-    rec = _load_resolved(recipe, list(overrides), profile, registry, settings)
-    from rlvr.evaluation.evaluate import build_pool
-
-    n = build_pool(rec, registry, output_path, k=k, limit=limit)
-    click.echo(f"{n['prompts']} prompts x {n['samples_per_prompt']} samples: {n['learnable']} learnable, "
-               f"{n['always_passed']} always passed, {n['never_passed']} never passed -> {output_path}")
-
-
-@cli.command()
-@click.argument("recipe")
-@_recipe_options
-@click.option("--model", default=None, help="Model to serve (hub id, folder, or alias): the one the trainer starts "
-              "from (its --model).")
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on: 127.0.0.1 this node "
-              "only; 0.0.0.0 (or one of this node's addresses) lets trainers on other nodes reach it.")
-@click.option("--port", type=_Int(1, 65535), default=None, help="Port to listen on (default: sampling.server.port, "
-              "else 8000).")
-@click.option("--secret-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="File whose first line is the secret (default: $RLVR_SAMPLER_SECRET, else the file "
-              "$RLVR_SAMPLER_SECRET_FILE names).")
-@click.option("--print-command", is_flag=True, help="Print the command line, with the environment it needs "
-              "(the secret left out), instead of running it.")
-def sampler(recipe, overrides, profile, model, host, port, secret_file, print_command):
-    """Run one vLLM sampler for a recipe, in the foreground (Ctrl-C stops it).
-
-    Start one on each node that should sample, then train with sampling.mode: server and
-    sampling.server.urls naming them. The sampler loads the model and sizes its context from the
-    recipe's prompts as `rlvr train` does: give it the trainer's recipe, --profile, --set and --model.
-
-    \b
-    Closed to strangers: it listens on 127.0.0.1 unless --host says otherwise, and answers only
-    requests that carry a shared secret (16 characters or more), on every route, and only the
-    routes rlvr uses. Give it the secret in RLVR_SAMPLER_SECRET or in a file (--secret-file, or
-    RLVR_SAMPLER_SECRET_FILE), never on the command line; every trainer rank needs the same secret
-    (RLVR_SAMPLER_SECRET or RLVR_SAMPLER_SECRET_FILE in its environment).
-    Make one with: python3 -c 'import secrets; print(secrets.token_urlsafe(32))'
-    """
-    if not host.strip():
-        raise RlvrError("--host: give an address to listen on, e.g. 127.0.0.1 or 0.0.0.0")
-    secret = None  # checked before the model loads
-    if not print_command:
-        secret = required_secret("rlvr sampler needs a secret", f": set {SECRET_ENV} or {SECRET_FILE_ENV}, or pass "
-                                 "--secret-file; make one with python3 -c 'import secrets; print(secrets.token_urlsafe(32))'",
-                                 secret_file)
-    settings = [("model.name", model)] if model is not None else []  # taken as given, as in train
-    registry = _registry()
-    rec = _load_resolved(recipe, list(overrides), profile, registry, settings)
-    if rec.sampling.backend != "vllm":
-        raise RlvrError(f"{recipe}: a sampler runs vLLM, but the recipe's sampling.backend is "
-                        f"{rec.sampling.backend!r} (its trainer samples by itself)")
-    if not print_command:
-        import importlib.util
-
-        if importlib.util.find_spec("vllm") is None:
-            raise RlvrError("rlvr sampler needs vLLM: install rlvr[cpu] or rlvr[gpu]")
-    from rlvr.sampling.server import sampler_launch
-
-    port = port or rec.sampling.server.port or 8000
-    command, env = sampler_launch(rec, registry, host=host, port=port)
-    if print_command:  # the secret stays out of the line, and out of anything it is pasted into
-        env.pop(SECRET_ENV, None)
-        click.echo(_shell_line(command, env, keep=(SECRET_ENV,)))
-        click.echo(f"rlvr: set {SECRET_ENV} where you run this line: the sampler refuses every request without it",
-                   err=True)
-        return
-    env[SECRET_ENV] = secret
-    import socket
-
-    where = socket.gethostname() if host in ("0.0.0.0", "::") else host
-    click.echo(f"rlvr: sampler for {rec.name} on port {port}; trainers name it in sampling.server.urls as "
-               f"http://{where}:{port}", err=True)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    try:  # the process becomes the server: Ctrl-C and other signals reach vLLM itself, its status is ours
-        os.execve(command[0], command, env)
-    except OSError as exc:
-        raise RlvrError(f"cannot start the sampler ({command[0]}): {exc.strerror}") from None
-
-
-def _shell_line(command: list[str], env: dict[str, str], keep: tuple[str, ...] = ()) -> str:
-    """``env [-u NAME]... [NAME=VALUE]... COMMAND``, shell-quoted: the command with the variables
-    it needs changed from this environment (set, or removed); those in ``keep`` are left as the
-    shell that runs the line has them."""
-    import shlex
-
-    unset = [arg for name in sorted(os.environ) if name not in env and name not in keep for arg in ("-u", name)]
-    assigned = [f"{name}={value}" for name, value in sorted(env.items()) if os.environ.get(name) != value]
-    return shlex.join(["env", *unset, *assigned, *command])
-
-
 @cli.group()
 def model():
     """Fetch models that need no hub."""
@@ -536,50 +269,6 @@ def pull(name):
     from rlvr.models.hub import pull_model
 
     click.echo(str(pull_model(name)))
-
-
-@cli.command()
-@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help="Image to write (default RUN_DIR/curves.png; its suffix picks the format, e.g. .svg; "
-              "'-': PNG to stdout). A file is replaced only when the image is complete.")
-def plot(run_dir, output):
-    """Write a PNG of reward, KL and length curves from RUN_DIR/metrics.jsonl."""
-    from rlvr.runs.outputs import signals_remove_temporaries
-    from rlvr.runs.plotting import plot_metrics
-
-    with signals_remove_temporaries():
-        written = plot_metrics(run_dir, output)
-    if str(written) != "-":
-        click.echo(str(written))
-
-
-@cli.command()
-@click.argument("run_dir", type=click.Path(file_okay=False, path_type=Path))
-@click.option("--step", type=int, default=None, help="The step to show (default: the last with samples).")
-@click.option("--group", "groups", type=int, multiple=True, help="Only this group (repeatable).")
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="At most this many samples.")
-def samples(run_dir, step, groups, limit):
-    """Print what the model wrote during training (RUN_DIR/samples.jsonl), turn by turn:
-    the policy's text, the tool's output, each reward and the advantage."""
-    from rlvr.runs.samples import format_records, read_samples
-
-    path = run_dir / "samples.jsonl"
-    if not path.is_file():
-        raise RlvrError(f"{path}: no samples (a run writes them every trainer.samples_every steps)")
-    records = read_samples(path)
-    steps = sorted({r["step"] for r in records})
-    if not steps:
-        raise RlvrError(f"{path}: no samples in it yet")
-    step = steps[-1] if step is None else step
-    if step not in steps:
-        raise RlvrError(f"{path}: no samples of step {step}; steps with samples: {_ranges(steps)}")
-    chosen = [r for r in records if r["step"] == step and (not groups or r["group"] in groups)]
-    click.echo(format_records(chosen[:limit]))
-
-
-def _ranges(numbers: list[int]) -> str:
-    return ", ".join(str(n) for n in numbers[:10]) + (f", ... {numbers[-1]}" if len(numbers) > 10 else "")
 
 
 def main():

@@ -7,6 +7,7 @@ training); ``evaluate`` is ``rlvr eval``: it loads the model into a sampler of i
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -19,6 +20,8 @@ from rlvr.rewards.runner import BoundReward, bind_rewards, score_batch
 from rlvr.runs.metrics import reduce_sums
 from rlvr.sampling.episodes import episode_runner, episode_sums, unscore_failed
 from rlvr.sampling.prompts import PromptSet, load_prompt_set
+
+log = logging.getLogger("rlvr.evaluation")
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -137,13 +140,11 @@ def breakdown(rows: list[dict], per_prompt: list[dict], key: str) -> dict[str, d
 
 def _load_and_evaluate(recipe: Recipe, registry: Registry, keep_samples: bool) -> tuple[dict, list[dict], PromptSet]:
     """Load the model into a sampler of its own and evaluate the recipe's eval split with it."""
-    from transformers import AutoTokenizer
-
-    from rlvr.models.hub import resolve_model
+    from rlvr.models.hub import load_tokenizer, resolve_model
     from rlvr.sampling.samplers import make_sampler
 
     model_path = resolve_model(recipe.model.name)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = load_tokenizer(model_path, recipe.model.name)
     eval_set = load_prompt_set(recipe, registry, tokenizer, split="eval")
     model = None
     if recipe.sampling.backend == "hf":
@@ -156,8 +157,8 @@ def _load_and_evaluate(recipe: Recipe, registry: Registry, keep_samples: bool) -
         sampler = make_sampler(recipe, model_path, longest_prompt=eval_set.longest, max_new_tokens=new_tokens,
                                seed=0, get_model=lambda: model, tokenizer=tokenizer)
         try:
-            result, per_prompt = evaluate_with(recipe, bind_rewards(recipe.rewards, registry), sampler, eval_set,
-                                               keep_samples=keep_samples,
+            rewards = bind_rewards(recipe.rewards, registry, conversational=recipe.eval_prompt.chat_template)
+            result, per_prompt = evaluate_with(recipe, rewards, sampler, eval_set, keep_samples=keep_samples,
                                                episodes=episode_runner(recipe, registry, tokenizer, model_path))
         finally:
             sampler.close()  # vLLM tears its own groups down first
@@ -178,8 +179,9 @@ def evaluate(recipe: Recipe, registry: Registry, output_dir: Path) -> dict[str, 
         for p in per_prompt:
             row = rows[p["index"]]
             f.write(json.dumps({"id": row.get("id") or row.get("task_id"), "samples": p["samples"]}, default=str) + "\n")
-    (output_dir / "report.md").write_text(_markdown(result))
-    print(_markdown(result))
+    (output_dir / "report.md").write_text(report_markdown(result))
+    log.info(f"{recipe.eval_task.name} {recipe.eval_split}: accuracy {result['accuracy']:.3f} on {result['n']} "
+             f"prompts; report in {output_dir}")
     return result
 
 
@@ -218,7 +220,7 @@ def build_pool(recipe: Recipe, registry: Registry, output: Path, k: int | None =
     return summary
 
 
-def _markdown(result: dict) -> str:
+def report_markdown(result: dict) -> str:
     keys = [k for k in result if k.startswith(("pass@", "maj@"))]
     lines = [f"| model | task | split | n | {' | '.join(keys)} |", "|" + "---|" * (4 + len(keys))]
     lines.append(f"| {result['model']} | {result['task']} | {result['split']} | {result['n']} | "

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata as md
 import inspect
+import logging
 import os
 import sys
 from dataclasses import dataclass, field
@@ -22,10 +23,15 @@ from rlvr.host.hookspecs import RegisterEnvironment, RegisterReward, RegisterTas
 from rlvr.host.options import OptionChecker, did_you_mean, option_checker
 from rlvr.kit import one_line
 
+log = logging.getLogger("rlvr.host")
+
 PROJECT = "rlvr"
 ENTRY_POINT_GROUP = "rlvr"
 # Parameters every reward receives positionally; the rest of its signature is columns and options.
 REWARD_POSITIONAL = ("prompts", "completions", "completion_ids")
+# What TRL's trainers pass a reward besides those and the columns; rlvr passes none of them, so a
+# reward written for TRL keeps their defaults (log_extra=None, ...) and none is taken for a column.
+TRL_EXTRAS = ("trainer_state", "log_extra", "log_metric")
 
 
 def _allow_list() -> set[str] | None:
@@ -130,7 +136,9 @@ class Spec:
 
 @dataclass(frozen=True)
 class RewardSpec(Spec):
-    """A reward: ``fn(prompts, completions, completion_ids, *, columns..., options...)``."""
+    """A reward: ``fn(prompts, completions, completion_ids, *, columns..., options...)``, or in
+    TRL's convention (``convention == "trl"``) every argument by keyword: ``fn(prompts=...,
+    completions=..., completion_ids=..., column=..., ...)``, as TRL's ``GRPOTrainer`` calls it."""
 
     kind: ClassVar[str] = "reward"
     columns: tuple[str, ...]  # required dataset columns
@@ -142,6 +150,7 @@ class RewardSpec(Spec):
     # Built once from fn's annotations (rlvr.host.options); built here when not given. Raises TypeError
     # for an annotation it cannot resolve or check (the registrar names the plugin).
     checker: OptionChecker | None = field(default=None, compare=False, repr=False)
+    convention: str = "rlvr"  # or "trl": called by keyword only (see reward_signature)
 
     def __post_init__(self) -> None:
         if self.checker is None:
@@ -173,8 +182,16 @@ class Registry:
     rewards: dict[str, RewardSpec] = field(default_factory=dict)
     tasks: dict[str, TaskSpec] = field(default_factory=dict)
     environments: dict[str, Spec] = field(default_factory=dict)
+    # Names a plugin registered wrongly: using one is an error with the reason; the rest work.
+    broken: dict[str, str] = field(default_factory=dict)
 
     def reward(self, name: str) -> RewardSpec:
+        """A registered reward, or a ``module:function`` reference (TRL's convention or rlvr's),
+        imported on first use from the current folder or the Python path."""
+        if name not in self.rewards and ":" in name and name not in self.broken:
+            self.rewards[name] = reward_from_reference(name)
+        if name in self.broken:
+            raise RlvrError(self.broken[name])
         return _lookup(self.rewards, name, "reward")
 
     def task(self, name: str) -> TaskSpec:
@@ -198,28 +215,89 @@ def _describe(fn: Callable, description: str | None) -> str:
     return doc.strip().splitlines()[0] if doc.strip() else ""
 
 
-def reward_signature(fn: Callable) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, Any], bool]:
-    """Split a reward's keyword-only parameters into required columns, optional columns, options."""
+def reward_signature(fn: Callable) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, Any], bool, str]:
+    """Split a reward's parameters into required columns, optional columns (default None) and
+    options (another default), whether it takes ``**kwargs`` (then it gets every column), and its
+    calling convention:
+
+    - ``"rlvr"``: it takes three positional parameters, the first two named ``prompts,
+      completions`` (or none named as TRL's keywords), or ``*args``; columns and options are
+      keyword-only;
+    - ``"trl"``: TRL's, every argument by keyword (``def reward(completions, solution,
+      **kwargs)``): it names some of ``prompts``, ``completions``, ``completion_ids`` other than as
+      that leading triple, or takes ``**kwargs``. Its other named parameters are columns and
+      options; TRL's trainer extras (``log_extra``, ...) are left to their defaults.
+    """
     sig = inspect.signature(fn)
-    columns, optional, options, accepts_any = [], [], {}, False
-    for param in sig.parameters.values():
-        if param.kind is param.VAR_KEYWORD:
-            accepts_any = True
-        elif param.kind is param.KEYWORD_ONLY:
-            if param.default is param.empty:
-                columns.append(param.name)
-            elif param.default is None:
-                optional.append(param.name)
-            else:
-                options[param.name] = param.default
-    positional = [
-        p for p in sig.parameters.values() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
-    if len(positional) < 3 and not any(p.kind is p.VAR_POSITIONAL for p in sig.parameters.values()):
-        raise TypeError(
-            "a reward takes (prompts, completions, completion_ids, *, columns..., options...)"
-        )
-    return tuple(columns), tuple(optional), options, accepts_any
+    params = list(sig.parameters.values())
+    names = {p.name for p in params}
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    var_positional = any(p.kind is p.VAR_POSITIONAL for p in params)
+    accepts_any = any(p.kind is p.VAR_KEYWORD for p in params)
+    leading = tuple(p.name for p in positional[:3])
+    rlvr_names = leading[:2] == REWARD_POSITIONAL[:2] or not names & set(REWARD_POSITIONAL)
+    if var_positional or (len(positional) >= 3 and rlvr_names):
+        convention, rest = "rlvr", [p for p in params if p.kind is p.KEYWORD_ONLY]
+    elif names & set(REWARD_POSITIONAL) or accepts_any:
+        if any(p.kind is p.POSITIONAL_ONLY for p in params):
+            raise TypeError("a reward in TRL's convention is called by keyword: it cannot have positional-only "
+                            "parameters")
+        convention = "trl"
+        rest = [p for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+                and p.name not in REWARD_POSITIONAL and p.name not in TRL_EXTRAS]
+    else:
+        raise TypeError("a reward takes (prompts, completions, completion_ids, *, columns..., options...), or in "
+                        "TRL's convention keywords such as (completions, **kwargs)")
+    columns, optional, options = [], [], {}
+    for param in rest:
+        if param.default is param.empty:
+            columns.append(param.name)
+        elif param.default is None:
+            optional.append(param.name)
+        else:
+            options[param.name] = param.default
+    return tuple(columns), tuple(optional), options, accepts_any, convention
+
+
+def reward_from_reference(reference: str) -> RewardSpec:
+    """The reward a ``module:function`` reference names (a recipe's ``rewards:`` key), e.g.
+    ``my_rewards:reward_len`` or ``trl.rewards:think_format_reward``; the current folder is
+    searched first, as ``python -m`` would. One-line ``RlvrError`` when it cannot be had."""
+    import importlib
+
+    module_name, _, attr = reference.partition(":")
+    if not module_name or not attr:
+        raise RlvrError(f"reward {reference!r}: a reference is module:function")
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # noqa: BLE001 - whatever importing the user's module raises
+        raise RlvrError(f"reward {reference!r}: cannot import {module_name!r}: {one_line(exc)}") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise RlvrError(f"reward {reference!r}: {module_name!r} has no function {attr!r}"
+                        f"{did_you_mean(attr, [n for n in dir(module) if callable(getattr(module, n))])}")
+    return make_reward_spec(reference, fn, plugin=f"module {module_name}", version="")
+
+
+def make_reward_spec(name: str, fn: Callable[..., Any], *, plugin: str, version: str, description: str | None = None,
+                     gold: Iterable[str] | None = None) -> RewardSpec:
+    """A reward's spec from its function; ``RlvrError`` naming the plugin and the reward when
+    its signature or gold columns are wrong."""
+    try:
+        if not callable(fn):
+            raise TypeError(f"{fn!r} is not callable")
+        columns, optional, options, accepts_any, convention = reward_signature(fn)
+        if gold is not None:
+            gold = (gold,) if isinstance(gold, str) else tuple(gold)
+            unknown = [c for c in gold if c not in columns + optional and not accepts_any]
+            if unknown:
+                raise ValueError(f"gold column {unknown[0]!r} is not one of its columns")
+        return RewardSpec(name, fn, _describe(fn, description), plugin, version, columns, optional, options,
+                          accepts_any, gold, convention=convention)
+    except (TypeError, ValueError) as exc:
+        raise RlvrError(f"plugin {plugin!r}: reward {name!r}: {exc}") from None
 
 
 def load_registry(pm: pluggy.PluginManager | None = None) -> Registry:
@@ -244,19 +322,11 @@ def load_registry(pm: pluggy.PluginManager | None = None) -> Registry:
         ) -> None:
             _check_name(name, "reward", registry.rewards, plugin)
             try:
-                columns, optional, options, accepts_any = reward_signature(fn)
-                if gold is not None:
-                    gold = (gold,) if isinstance(gold, str) else tuple(gold)
-                    unknown = [c for c in gold if c not in columns + optional and not accepts_any]
-                    if unknown:
-                        raise ValueError(f"gold column {unknown[0]!r} is not one of its columns")
-                spec = RewardSpec(
-                    name, fn, _describe(fn, description), plugin, version, columns, optional, options, accepts_any,
-                    gold,
-                )
-            except (TypeError, ValueError) as exc:
-                raise RlvrError(f"plugin {plugin!r}: reward {name!r}: {exc}") from exc
-            registry.rewards[name] = spec
+                registry.rewards[name] = make_reward_spec(name, fn, plugin=plugin, version=version,
+                                                          description=description, gold=gold)
+            except RlvrError as exc:  # only this name fails, when used; every other command works
+                registry.broken[name] = str(exc)
+                log.warning(f"rlvr: {exc} (the reward is left out)")
 
         return register
 

@@ -13,8 +13,9 @@ same (``tests/test_layout.py`` fails when one imports a private module). What is
   them: ``soft_limit`` (raises the BaseException ``SoftTimeout`` inside a worker),
   ``soft_seconds``, ``map_with_deadline``, ``unfinished`` (the score of an item that did not finish);
 - data: ``read_jsonl`` (line-numbered one-line errors), ``local_or_hub`` (a local file or
-  folder first, a hub id when online), ``data_dir`` (where offline copies live:
-  ``RLVR_DATA_DIR``), ``cache_dir`` (rlvr's cache: ``RLVR_CACHE_DIR``);
+  folder first, a hub id when online), ``hub_rows`` (a hub dataset's split), ``data_dir`` (where offline copies live:
+  ``RLVR_DATA_DIR``), ``cache_dir`` (rlvr's cache: ``RLVR_CACHE_DIR``), ``in_test_split``
+  (the held-out side of a dataset without a test split, by a hash of each item's text);
 - scoring: ``soft_overlong_penalty`` (DAPO's length shaping).
 
 Every other part of rlvr may import it; it imports only the hook API.
@@ -23,7 +24,7 @@ May import: rlvr.
 """
 
 from rlvr.kit.boxed import BOX_RE, box_at, boxes, last_boxed
-from rlvr.kit.data import cache_dir, data_dir, local_or_hub, read_jsonl
+from rlvr.kit.data import cache_dir, data_dir, hub_rows, in_test_split, local_or_hub, read_jsonl
 from rlvr.kit.deadline import SoftTimeout, map_with_deadline, soft_limit, soft_seconds, unfinished
 from rlvr.kit.scoring import soft_overlong_penalty
 from rlvr.kit.text import completion_text, one_line
@@ -34,6 +35,6 @@ __all__ = [
     "BOX_RE", "box_at", "boxes", "last_boxed",
     "DeadlinePool", "PoolBroken", "Result", "shared_pool",
     "SoftTimeout", "map_with_deadline", "soft_limit", "soft_seconds", "unfinished",
-    "cache_dir", "data_dir", "local_or_hub", "read_jsonl",
+    "cache_dir", "data_dir", "hub_rows", "in_test_split", "local_or_hub", "read_jsonl",
     "soft_overlong_penalty",
 ]

@@ -6,6 +6,7 @@ import gzip
 import json
 import os
 import socket
+import zlib
 from pathlib import Path
 from urllib.parse import urlparse
 from typing import Iterator
@@ -78,21 +79,24 @@ def local_or_hub(
     if local.exists():
         yield from read_jsonl(local)
         return
-    try:
-        import datasets
-    except ImportError as exc:  # pragma: no cover - datasets is a core dependency
-        raise RlvrError(f"{local} not found and the datasets package is missing") from exc
+    yield from hub_rows(hub_id, split, config, f"no local copy at {local}, and ")
+
+
+def hub_rows(hub_id: str, split: str, config: str | None = None, lead: str = "") -> Iterator[dict]:
+    """A hub dataset's split (network, or a warm HF cache), without the ~25 s of retries the
+    datasets library spends when the hub is unreachable; one-line ``RlvrError`` when it cannot be had."""
+    import datasets
+
     offline = datasets.config.HF_HUB_OFFLINE or not hub_reachable()
     if offline:
         _go_offline()
     try:
         ds = datasets.load_dataset(hub_id, config, split=split)
     except Exception as exc:
-        why = "the hub is unreachable and it is not in the hub cache" if offline else f"loading it from the hub failed ({type(exc).__name__})"
-        raise RlvrError(
-            f"no local copy at {local}, and {hub_id!r} split {split!r}: {why}; "
-            "set RLVR_DATA_DIR to a folder holding the data offline"
-        ) from None
+        why = "the hub is unreachable and it is not in the hub cache" if offline else \
+            f"loading it from the hub failed ({type(exc).__name__}: {' '.join(str(exc).split())[:160]})"
+        raise RlvrError(f"{lead}{hub_id!r} split {split!r}: {why}; set RLVR_DATA_DIR to a folder holding the data "
+                        "offline") from None
     yield from ds
 
 
@@ -109,3 +113,13 @@ def cache_dir() -> Path:
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "rlvr"
     )
     return Path(base)
+
+
+TEST_SHARE = 5  # one item in five belongs to a generated or unsplit dataset's test split
+
+
+def in_test_split(key: str) -> bool:
+    """Whether the item whose text is ``key`` belongs to the held-out test split of a dataset
+    that comes without one (one in ``TEST_SHARE``, by a hash of the text: the same item always
+    falls on the same side, whatever else the dataset holds)."""
+    return zlib.crc32(key.encode()) % TEST_SHARE == 0

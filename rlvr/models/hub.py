@@ -7,6 +7,7 @@ the GGUF with transformers and saves a plain transformers folder in the user cac
 
 from __future__ import annotations
 
+import difflib
 import os
 import shutil
 import subprocess
@@ -44,6 +45,38 @@ def resolve_model(name: str, pull: bool = True) -> str:
     if name.startswith((".", "/", "~")):
         raise RlvrError(f"model folder not found: {name}")
     return name  # a hub id
+
+
+def check_model_name(name: str) -> None:
+    """Refuse, before anything loads, a model name that cannot be right: a path to a folder
+    that does not exist or is not a transformers model folder, or a bare name (no ``org/``)
+    that is not an alias but is close to one (a misspelt alias would otherwise be looked up
+    on the hub). Hub ids (``org/name``) are checked when loaded (:func:`load_tokenizer`)."""
+    if name in ALIASES:
+        return
+    folder = Path(name).expanduser()
+    if folder.is_dir():
+        if not (folder / "config.json").is_file():
+            raise RlvrError(f"model folder {name}: no config.json in it (not a transformers model folder)")
+        return
+    if name.startswith((".", "/", "~")):
+        raise RlvrError(f"model folder not found: {name}")
+    close = difflib.get_close_matches(name.lower(), list(ALIASES), n=1, cutoff=0.75)
+    if close and "/" not in name:
+        raise RlvrError(f"unknown model {name!r}: did you mean the alias {close[0]!r}? (a model is an alias, "
+                        f"a folder, or a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct)")
+
+
+def load_tokenizer(path: str, name: str | None = None):
+    """The tokenizer of a model folder or hub id; one line, not a traceback, when it cannot be
+    had (no such hub id, the hub unreachable offline, a broken folder)."""
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path)
+    except (OSError, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise RlvrError(f"model {name or path!r} cannot be loaded: {first[:200]}") from None
 
 
 def pull_model(alias: str) -> Path:

@@ -5,11 +5,12 @@ every problem is one ``RlvrError`` line naming the file and the setting (with di
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -104,7 +105,9 @@ def parse_overrides(pairs: list[str]) -> list[tuple[str, Any]]:
 
 
 def _format_validation_error(source: str, exc: ValidationError) -> str:
-    err = exc.errors()[0]
+    errors = exc.errors()
+    # An unknown key first: a misspelt one (`reward:`) is also why a required one is missing.
+    err = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     loc = ".".join(str(p) for p in err["loc"]) or "recipe"
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "extra_forbidden":
@@ -183,30 +186,42 @@ def _read(path: Path) -> dict:
 
 
 def load_recipe(
-    path: str | os.PathLike,
+    path: str | os.PathLike | Mapping[str, Any],
     overrides: list[str] | None = None,
     profile: str | None = None,
     settings: list[tuple[str, Any]] | None = None,
+    defaults: list[tuple[str, Any]] | None = None,
 ) -> Recipe:
-    """Read, apply a profile, ``--set`` overrides (``KEY=VALUE``, read as YAML) and ``settings``
-    (``(key, value)`` pairs taken as they are: command-line options), validate. Bad input raises
-    ``RlvrError`` (one line; it names the profile when one is applied)."""
-    path = Path(path)
-    data = _read(path)
-    data.setdefault("name", path.stem)
-    source = str(path)
+    """Read (a YAML file, or a recipe given as data: a mapping), apply a profile, ``--set``
+    overrides (``KEY=VALUE``, read as YAML) and ``settings`` (``(key, value)`` pairs taken as
+    they are: command-line options), validate. Bad input raises ``RlvrError`` (one line; it names
+    the profile when one is applied). ``defaults``: (key, value) pairs set last, only where the
+    recipe (after its profile and overrides) has no such key."""
+    if isinstance(path, Mapping):
+        data, source = copy.deepcopy(dict(path)), "recipe"
+        data.setdefault("name", "recipe")
+    else:
+        path = Path(path)
+        data, source = _read(path), str(path)
+        data.setdefault("name", path.stem)
     if profile is not None:
         profiles = data.get("profiles") or {}
         if not isinstance(profiles, dict) or profile not in profiles:
             names = ", ".join(map(str, profiles)) if isinstance(profiles, dict) and profiles else "none"
             choices = map(str, profiles) if isinstance(profiles, dict) else []
-            raise RlvrError(f"{path}: no profile {profile!r}{did_you_mean(profile, choices)}; profiles: {names}")
+            raise RlvrError(f"{source}: no profile {profile!r}{did_you_mean(profile, choices)}; profiles: {names}")
         if not isinstance(profiles[profile], dict):
-            raise RlvrError(f"{path}: profiles.{profile} must be a mapping of settings")
+            raise RlvrError(f"{source}: profiles.{profile} must be a mapping of settings")
         data = _merge(data, profiles[profile])
-        source = f"{path} (profile {profile!r})"
+        source = f"{source} (profile {profile!r})"
     for key, value in [*parse_overrides(overrides or []), *(settings or [])]:
         _set_path(data, key, value)
+    for key, value in defaults or []:
+        node = data
+        for part in key.split(".")[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or key.split(".")[-1] not in node:
+            _set_path(data, key, value)
     bad = _first_non_finite(data)
     if bad:
         raise RlvrError(f"{source}: {bad}: not a finite number (nan and infinities are refused)")

@@ -2,7 +2,7 @@
 
 ``resolve`` checks every name the recipe gives (task, rewards, environment) against what the
 plugins registered, and their options, columns and template fields, before any model loads;
-``load_rows`` and ``peek_rows`` read a task's rows (the first ones, for ``rlvr validate --data``).
+``load_rows`` and ``peek_rows`` read a task's rows (all of them, checked, for ``rlvr validate --data``).
 """
 
 from __future__ import annotations
@@ -38,17 +38,26 @@ def resolve(recipe: Recipe, registry: Registry) -> None:
                                                        "environment.options")}
 
 
+def task_columns(task, ref: TaskRef) -> tuple[str, ...]:
+    """The columns a task's rows have: those it registered, or, for a task that registered none
+    (a generic loader such as ``dataset``), the ones its ``columns`` option lists."""
+    return tuple(task.columns) or tuple(ref.options.get("columns") or ())
+
+
 def _check_task(registry: Registry, ref: TaskRef, prompt: PromptConfig, splits: list[str], recipe: Recipe, where: str) -> None:
     task = registry.task(ref.name)
-    columns = set(task.columns)
     ref.options = {**ref.options, **_check_task_options(task, ref.options, where)}  # 1e3 -> 1000
+    columns = set(task_columns(task, ref))
+    if not columns:
+        raise RlvrError(f"{where}task {task.name!r} needs its columns listed: {where}task.options.columns, e.g. "
+                        f"[question, answer]")
     for split in splits:
         if task.splits and split not in task.splits:
             raise RlvrError(
                 f"task {task.name!r} has no split {split!r}{did_you_mean(split, task.splits)}; "
                 f"it has: {', '.join(task.splits)}"
             )
-    _check_prompt(registry, task, prompt, recipe, where)
+    _check_prompt(registry, columns, task.name, prompt, recipe, where)
     for name, entry in recipe.rewards.items():
         spec = registry.reward(name)
         spec.check_options(entry.options)  # names, types, choices and ranges, from the reward's signature
@@ -64,14 +73,14 @@ def _check_task(registry: Registry, ref: TaskRef, prompt: PromptConfig, splits: 
                 )
 
 
-def _check_prompt(registry: Registry, task, prompt: PromptConfig, recipe: Recipe, where: str) -> None:
+def _check_prompt(registry: Registry, columns: set[str], task_name: str, prompt: PromptConfig, recipe: Recipe,
+                  where: str) -> None:
     """Fields name the task's columns, the template has one, and no reward's gold is shown."""
-    columns = set(task.columns)
     used = template_fields(prompt, columns)
     missing = sorted(used - columns)
     if missing:
         raise RlvrError(
-            f"{where}prompt uses {{{{{missing[0]}}}}} but task {task.name!r} has no such column"
+            f"{where}prompt uses {{{{{missing[0]}}}}} but task {task_name!r} has no such column"
             f"{did_you_mean(missing[0], columns)}; columns: {', '.join(sorted(columns))}"
         )
     if not fields(prompt.template):
@@ -164,13 +173,19 @@ def load_rows(registry: Registry, ref: TaskRef, split: str, limit: int | None = 
     return rows
 
 
-def peek_rows(recipe: Recipe, registry: Registry, root: Path) -> None:
-    """Read the first row of the train and eval splits and check the columns are really there."""
+def peek_rows(recipe: Recipe, registry: Registry, root: Path) -> list[str]:
+    """Read every row of the train and eval splits (``rlvr validate --data``): a loader's error
+    (a local file's names its line) surfaces here, and each row must carry the task's columns.
+    Returns a note per split with its row count."""
+    notes = []
     for ref, split in ((recipe.task, recipe.data.train_split), (recipe.eval_task, recipe.eval_split)):
         task = registry.task(ref.name)
-        first = next(task_rows(task, ref, split, root), None)
-        if first is None:
+        count = 0
+        for count, row in enumerate(task_rows(task, ref, split, root), 1):
+            missing = sorted(set(task_columns(task, ref)) - set(row))
+            if missing:
+                raise RlvrError(f"task {task.name!r} split {split!r} row {count}: lacks column {missing[0]!r}")
+        if not count:
             raise RlvrError(f"task {task.name!r} split {split!r} is empty")
-        missing = sorted(set(task.columns) - set(first))
-        if missing:
-            raise RlvrError(f"task {task.name!r} split {split!r}: rows lack column {missing[0]!r}")
+        notes.append(f"{split}: {count} rows of task {task.name!r} read")
+    return notes

@@ -43,6 +43,10 @@ class BoundReward:
     weight: float = 1.0
     options: dict[str, Any] = field(default_factory=dict)
     columns: dict[str, str] = field(default_factory=dict)  # parameter -> dataset column
+    # A reward in TRL's convention gets conversational completions (each a list of one assistant
+    # message, {"role": "assistant", "content": text}), as TRL gives them when the prompts are
+    # chat messages: rlvr's are when the recipe renders them with the chat template.
+    conversational: bool = False
 
     def __post_init__(self) -> None:
         self.options = self.spec.check_options(self.options)
@@ -125,13 +129,27 @@ class RewardRun:
 def _call(reward: BoundReward, prompts, completions, completion_ids, kwargs: dict) -> list:
     """The reward's raw values for a batch; raises for any failure, a wrong count included."""
     n = len(completions)
-    out = reward.spec.fn(list(prompts), list(completions), list(completion_ids), **{**kwargs, **reward.options})
+    if reward.spec.convention == "trl":
+        out = reward.spec.fn(**trl_arguments(reward, prompts, completions, completion_ids), **kwargs, **reward.options)
+    else:
+        out = reward.spec.fn(list(prompts), list(completions), list(completion_ids), **{**kwargs, **reward.options})
     if inspect.isawaitable(out):
         out = asyncio.run(_await(out))
     out = list(out)
     if len(out) != n:
         raise ValueError(f"returned {len(out)} values for {n} completions")
     return out
+
+
+def trl_arguments(reward: BoundReward, prompts, completions, completion_ids) -> dict[str, list]:
+    """What TRL passes a reward besides the columns, for the ones this reward takes (all with
+    ``**kwargs``): ``prompts``, ``completions`` (conversational when ``reward.conversational``) and
+    ``completion_ids``."""
+    if reward.conversational:
+        completions = [[{"role": "assistant", "content": text}] for text in completions]
+    given = {"prompts": list(prompts), "completions": list(completions), "completion_ids": list(completion_ids)}
+    params = inspect.signature(reward.spec.fn).parameters
+    return {k: v for k, v in given.items() if reward.spec.accepts_any or k in params}
 
 
 def run_reward(
@@ -207,10 +225,12 @@ def score_batch(
     return RewardBatch([r.name for r in rewards], values, infos, total, errors)
 
 
-def bind_rewards(recipe_rewards: Mapping[str, Any], registry) -> list[BoundReward]:
+def bind_rewards(recipe_rewards: Mapping[str, Any], registry, conversational: bool = False) -> list[BoundReward]:
     """The recipe's ``rewards:`` section as callable rewards (names already resolved; the options
-    are checked again, and converted, by ``BoundReward``)."""
+    are checked again, and converted, by ``BoundReward``). ``conversational``: the recipe's
+    prompts are chat messages (``prompt.chat_template``), so TRL-convention rewards get
+    conversational completions, as TRL gives them."""
     return [
-        BoundReward(registry.reward(name), entry.weight, dict(entry.options), dict(entry.columns))
+        BoundReward(registry.reward(name), entry.weight, dict(entry.options), dict(entry.columns), conversational)
         for name, entry in recipe_rewards.items()
     ]

@@ -35,9 +35,12 @@ class _ConsoleHandler(logging.Handler):
 class RunOutput:
     """Context manager: redirect output to the run's log file; ``step(row_line)`` / ``close``."""
 
-    def __init__(self, output_dir: Path, *, rank: int, verbose: bool, total_steps: int):
-        self.path = Path(output_dir) / ("train.log" if rank == 0 else f"train.rank{rank}.log")
-        self.rank, self.verbose, self.total = rank, verbose, total_steps
+    def __init__(self, output_dir: Path, *, rank: int, verbose: bool, total_steps: int, name: str = "train",
+                 announce: bool = True):
+        """``name``: the log is ``OUTPUT_DIR/<name>.log`` (``<name>.rank<N>.log`` on other ranks);
+        ``announce``: say so on the terminal first."""
+        self.path = Path(output_dir) / (f"{name}.log" if rank == 0 else f"{name}.rank{rank}.log")
+        self.rank, self.verbose, self.total, self.announce = rank, verbose, total_steps, announce
         self.bar = self.console = None
         self._tee = None
         self._handlers: list[logging.Handler] = []
@@ -72,7 +75,8 @@ class RunOutput:
         for logger, handler in self._handlers:
             logger.addHandler(handler)
         logging.getLogger("rlvr").setLevel(logging.INFO)
-        logging.getLogger("rlvr").info(f"rlvr: logging to {self.path}")
+        if self.announce:
+            logging.getLogger("rlvr").info(f"rlvr: logging to {self.path}")
         return self
 
     def start_bar(self, start_step: int) -> None:
@@ -83,7 +87,11 @@ class RunOutput:
 
         self.bar = Progress(TextColumn("[bold]step {task.completed}/{task.total}"), BarColumn(),
                             TimeElapsedColumn(), TimeRemainingColumn(), console=self.console,
-                            redirect_stdout=False, redirect_stderr=False, transient=True)
+                            redirect_stdout=False, redirect_stderr=False, transient=True,
+                            # rich's rate looks back 30 s by default: steps longer than that left
+                            # the time remaining at -:--:-- for the whole run; the run's own pace
+                            # (from its second step on) is the estimate
+                            speed_estimate_period=7 * 24 * 3600)
         self._task = self.bar.add_task("", total=self.total, completed=start_step)
         self.bar.start()
 

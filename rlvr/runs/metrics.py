@@ -96,7 +96,8 @@ def _ratio(a: float, b: float, empty: float = 0.0) -> float:
 
 def step_row(step: int, s: Mapping[str, float], *, world: int, reward_names: Iterable[str],
              times: Mapping[str, float], lr: float, grad_norm: float, staleness: int = 0) -> dict:
-    """The metrics row of one step from sums over all ranks (``rollout_sums`` plus the update's)."""
+    """The metrics row of one step from sums over all ranks (``rollout_sums`` plus the update's).
+    ``step`` is numbered from 1, as everywhere a run shows steps (console, samples, trackers)."""
     mean = _ratio(s["reward_sum"], s["reward_n"], math.nan)
     row = {
         "step": step,
@@ -166,7 +167,7 @@ def step_row(step: int, s: Mapping[str, float], *, world: int, reward_names: Ite
 def step_line(row: Mapping, total: int) -> str:
     """The one line a step prints."""
     task = f"  acc {row['task_accuracy']:.3f}" if "task_accuracy" in row else ""
-    return (f"step {row['step'] + 1}/{total}  reward {row['reward_mean']:.3f}{task}  len {row['completion_len_mean']:.1f}  "
+    return (f"step {row['step']}/{total}  reward {row['reward_mean']:.3f}{task}  len {row['completion_len_mean']:.1f}  "
             f"truncated {row['truncated_frac']:.2f}  zero-var {row['zero_variance_frac']:.2f}  kl {row['kl']:.4f}  "
             f"loss {row['loss']:+.4f}  {row['time_step']:.1f} s")
 
@@ -206,8 +207,8 @@ class MetricsLog:
         self.path, self.enabled = path, enabled
         self.tb = None
 
-    def truncate_to(self, next_step: int) -> None:
-        """Keep rows of steps before ``next_step`` (a resumed run redoes the rest)."""
+    def truncate_to(self, done: int) -> None:
+        """Keep the rows of steps 1 to ``done`` (a run resumed after ``done`` steps redoes the rest)."""
         if not self.enabled or not self.path.exists():
             return
         keep = []
@@ -216,7 +217,7 @@ class MetricsLog:
                 row = json.loads(line)
             except json.JSONDecodeError:
                 continue  # a row cut short by a kill
-            if isinstance(row, dict) and row.get("step", math.inf) < next_step:
+            if isinstance(row, dict) and row.get("step", math.inf) <= done:
                 keep.append(line)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text("".join(line + "\n" for line in keep))

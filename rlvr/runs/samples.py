@@ -85,12 +85,12 @@ class SamplesLog:
             for record in records:
                 f.write(json.dumps(record) + "\n")
 
-    def truncate_to(self, next_step: int) -> None:
-        """Keep the records of steps before ``next_step`` (numbered from 1)."""
+    def truncate_to(self, done: int) -> None:
+        """Keep the records of steps 1 to ``done``."""
         if not self.enabled or not self.path.exists():
             return
         keep = [line for line in self.path.read_text(encoding="utf-8").splitlines()
-                if _step_of(line) is not None and _step_of(line) < next_step]
+                if _step_of(line) is not None and _step_of(line) <= done]
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
         os.replace(tmp, self.path)

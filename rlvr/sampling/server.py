@@ -443,14 +443,12 @@ def sampler_launch(recipe, registry, *, host: str, port: int) -> tuple[list[str]
     """The command line and environment of a sampler for ``recipe``, as ``rlvr train`` would start
     it: the same model (an alias pulled once), and a context sized from the same prompts, so the
     trainer's requests fit. Loads the tokenizer and renders every prompt, as training does."""
-    from transformers import AutoTokenizer
-
-    from rlvr.models.hub import resolve_model
+    from rlvr.models.hub import load_tokenizer, resolve_model
     from rlvr.sampling.prompts import load_prompt_set
     from rlvr.sampling.samplers import context_length, model_max_len
 
     model_path = resolve_model(recipe.model.name)
-    tokenizer = AutoTokenizer.from_pretrained(model_path)
+    tokenizer = load_tokenizer(model_path, recipe.model.name)
     train_set = load_prompt_set(recipe, registry, tokenizer, split="train")
     eval_set = load_prompt_set(recipe, registry, tokenizer, split="eval") if run_evaluates(recipe) else None
     longest, new_tokens = run_lengths(recipe, train_set, eval_set)

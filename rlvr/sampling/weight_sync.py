@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import logging
 import socket
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -155,9 +156,29 @@ def broadcast(group, buffer: torch.Tensor) -> None:
 
 # ---- the receiving half: a vLLM weight-transfer backend ----------------------------------------
 
+class NotSyncedByDesign(logging.Filter):
+    """Drops vLLM's "<Layer>: Failed to load weights" after a weight sync for the two layers that
+    hold no trainer parameter: ``RotaryEmbedding`` (its cos/sin cache is computed from the config)
+    and ``ParallelLMHead`` of a model with tied embeddings (it shares ``embed_tokens``, which is
+    synced; rlvr sends every parameter of the trainer's model, so an untied head is always sent
+    and never warns). Both keep their tensors, which is right; the warning, once per layer and
+    sync, said otherwise in every run's log. Any other layer's warning passes."""
+
+    LAYERS = ("RotaryEmbedding", "ParallelLMHead")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.msg == "%s: Failed to load weights" and tuple(record.args or ()) in
+                    {(layer,) for layer in self.LAYERS})
+
+
 def register() -> None:
-    """vLLM's ``general_plugins`` hook: make the ``rlvr`` backend known in this process."""
+    """vLLM's ``general_plugins`` hook, run in every vLLM process: make the ``rlvr`` backend known,
+    and quiet the reload warnings of layers that hold no trainer parameter (``NotSyncedByDesign``)."""
     from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
+
+    reload_log = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
+    if not any(isinstance(f, NotSyncedByDesign) for f in reload_log.filters):
+        reload_log.addFilter(NotSyncedByDesign())
 
     if BACKEND not in WeightTransferEngineFactory._registry:
         WeightTransferEngineFactory.register_engine(BACKEND, __name__, "RlvrWeightTransferEngine")

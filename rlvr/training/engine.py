@@ -38,7 +38,7 @@ from rlvr import RlvrError
 from rlvr.evaluation.evaluate import evaluate_with
 from rlvr.host.registry import Registry
 from rlvr.models.distributed import process_group_scope
-from rlvr.models.hub import resolve_model
+from rlvr.models.hub import load_tokenizer, resolve_model
 from rlvr.recipe.spec import Recipe
 from rlvr.rewards.runner import BoundReward, bind_rewards
 from rlvr.runs.logs import RunOutput
@@ -115,7 +115,7 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
     output_dir = Path(output_dir)
     ckpt_dir = output_dir / "checkpoints"
     check_output_dir(ckpt_dir, resume)
-    rewards = bind_rewards(recipe.rewards, registry)
+    rewards = bind_rewards(recipe.rewards, registry, conversational=recipe.prompt.chat_template)
     t, s, algo = recipe.trainer, recipe.sampling, recipe.algorithm
     # However training ends, the sampler is closed (``closing``) and then the default process
     # group (DeepSpeed's; vLLM's engine uses it too) destroyed: nothing is left to the exit.
@@ -128,7 +128,6 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
             os.environ.setdefault("DS_ACCELERATOR", "cpu")
         import deepspeed
         import torch.distributed as dist
-        from transformers import AutoTokenizer
 
         deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
         device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
@@ -140,7 +139,7 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
         model_path = resolve_model(recipe.model.name, pull=False)
         random.seed(t.seed + rank)
         torch.manual_seed(t.seed + rank)
-        tokenizer = AutoTokenizer.from_pretrained(model_path)
+        tokenizer = load_tokenizer(model_path, recipe.model.name)
         train_set = load_prompt_set(recipe, registry, tokenizer, split="train")
         evaluating = run_evaluates(recipe)
         eval_set = load_prompt_set(recipe, registry, tokenizer, split="eval") if evaluating else None
@@ -234,16 +233,17 @@ class StepReport:
                                   enabled=rank == 0)
         self.stuck = StuckReward(t.stuck_reward_steps, recipe.task_reward, enabled=rank == 0)
 
-    def truncate_to(self, next_step: int) -> None:
-        """A resumed run redoes the steps from ``next_step`` (numbered from 0) on."""
-        self.metrics.truncate_to(next_step)
-        self.samples.truncate_to(next_step + 1)
+    def truncate_to(self, done: int) -> None:
+        """A run resumed after ``done`` steps redoes the ones after it."""
+        self.metrics.truncate_to(done)
+        self.samples.truncate_to(done)
 
     def __call__(self, step: int, rollout, update: dict, times: dict, *, lr: float, advantages) -> None:
+        """``step``: the loop's index (from 0); every record numbers it from 1."""
         grad_norm = update.pop("grad_norm")
         task = (self.recipe.task_reward, self.recipe.eval.pass_threshold)
         sums = reduce_sums({**rollout_sums(rollout, task), **update})
-        row = step_row(step, sums, world=self.world, reward_names=rollout.reward_names, times=times, lr=lr,
+        row = step_row(step + 1, sums, world=self.world, reward_names=rollout.reward_names, times=times, lr=lr,
                        grad_norm=grad_norm, staleness=step - rollout.policy_version)
         self.metrics.write(row)
         self.out.step(step_line(row, self.recipe.trainer.steps))

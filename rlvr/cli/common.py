@@ -1,0 +1,99 @@
+"""What every ``rlvr`` subcommand shares: the click group (one-line errors, exit 2; Ctrl-C exits
+130), the recipe options, and loading a recipe checked against the plugin host."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from rlvr import RlvrError, __version__
+
+
+class _Int(click.IntRange):
+    """click.IntRange, named "integer" in messages ("'x' is not a valid integer")."""
+
+    name = "integer"
+
+
+class _OneLineUsageError(click.ClickException):
+    """A click usage error (bad option value, unknown command) as our one line, exit 2."""
+
+    exit_code = 2
+
+    def __init__(self, error: click.UsageError):
+        super().__init__(error.format_message())
+        self.command_path = error.ctx.command_path if error.ctx else "rlvr"
+
+    def show(self, file=None) -> None:
+        message = " ".join(self.format_message().split())
+        click.echo(f"rlvr: error: {message} (see '{self.command_path} --help')", err=True)
+
+
+def _one_line_usage(fn):
+    """Run ``fn``; a usage error it raises becomes :class:`_OneLineUsageError` (bare ``rlvr``
+    still prints its help)."""
+    try:
+        return fn()
+    except click.exceptions.NoArgsIsHelpError:
+        raise
+    except click.UsageError as exc:
+        raise _OneLineUsageError(exc) from None
+
+
+class _Group(click.Group):
+    def make_context(self, info_name, args, parent=None, **extra):
+        return _one_line_usage(lambda: super(_Group, self).make_context(info_name, args, parent, **extra))
+
+    def invoke(self, ctx):
+        try:
+            return _one_line_usage(lambda: super(_Group, self).invoke(ctx))
+        except RlvrError as exc:
+            click.echo(f"rlvr: error: {' '.join(str(exc).split())}", err=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("rlvr: interrupted", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="rlvr")
+def cli():
+    """rlvr: reinforcement learning with verifiable rewards (RLOO, DeepSpeed, vLLM).
+
+    \b
+    Quick start:
+      rlvr validate tasks/demo.yaml
+      rlvr train tasks/demo.yaml --output-dir runs/demo
+      rlvr eval tasks/gsm8k.yaml --model runs/demo/final --limit 100
+    """
+
+
+def _recipe_options(fn):
+    fn = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe setting.")(fn)
+    fn = click.option("--profile", default=None, help="Apply one of the recipe's profiles (e.g. cpu).")(fn)
+    return fn
+
+
+def _registry():
+    from rlvr.host.registry import load_registry
+
+    return load_registry()
+
+
+def _load_resolved(path, overrides: list[str], profile: str | None, registry, settings=None):
+    """load_recipe + resolve; a name that does not resolve is reported with the recipe's path and
+    profile (load_recipe's own errors already carry them)."""
+    from rlvr.recipe.load import load_recipe
+    from rlvr.recipe.resolve import resolve
+
+    from rlvr.models.hub import check_model_name
+
+    recipe = load_recipe(path, overrides, profile, settings)
+    try:
+        resolve(recipe, registry)
+        check_model_name(recipe.model.name)
+    except RlvrError as exc:
+        where = f"{path} (profile {profile!r})" if profile else str(path)
+        raise RlvrError(f"{where}: {exc}") from None
+    return recipe
