@@ -31,7 +31,7 @@ demo: install
 	$(VENV)/bin/rlvr model pull smollm2-135m-instruct
 	$(VENV)/bin/rlvr train tasks/demo.yaml --output-dir runs/demo
 
-# The tool demo: the model learns to call a sandboxed Python tool (about 7 minutes on 2 cores).
+# The tool demo: the model learns to call a sandboxed Python tool (about 6 minutes on 2 cores).
 tool-demo: install
 	$(VENV)/bin/rlvr model pull smollm2-135m-instruct
 	$(VENV)/bin/rlvr train tasks/tool_demo.yaml --output-dir runs/tool_demo
@@ -62,10 +62,11 @@ $(MV_SUITE)/.fetched: | $(STAMP)
 	touch $@
 
 # TRL, the oracle for reward functions written for it (tests/test_trl_rewards.py) and the
-# benchmarks' baseline: pinned, installed once.
+# benchmarks' baseline; trackio, the local-first tracker trainer.report_to is tested with,
+# offline (tests/test_tracking.py): pinned, installed once.
 TRL_STAMP := $(VENV)/.rlvr-trl-installed
 $(TRL_STAMP): $(STAMP)
-	$(PIP) install -q trl==1.16.0
+	$(PIP) install -q trl==1.16.0 trackio==0.43.0
 	touch $(TRL_STAMP)
 
 test: install $(RG_STAMP) $(TA_STAMP) $(MV_SUITE)/.fetched $(TRL_STAMP)

@@ -65,15 +65,22 @@ def test_bad_input_raises_before_any_model_loads(tmp_path):
 
 
 @pytest.mark.slow
-def test_train_then_evaluate_from_python(tmp_path, tiny_model):
+def test_train_then_evaluate_from_python(tmp_path, tiny_model, monkeypatch):
+    monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))  # trackio, offline: a local database
     sets = {"model.name": tiny_model, "sampling.backend": "hf", "sampling.max_tokens": 8, "trainer.steps": 2,
-            "trainer.samples_every": 1, "eval.limit": 4, "trainer.eval_at_end": True}
+            "trainer.samples_every": 1, "eval.limit": 4, "trainer.eval_at_end": True,
+            "trainer.report_to": ["tensorboard", "trackio"]}
     result = rlvr.train(RECIPE, overrides=sets, rewards={"exact": trl_exact, "short": lambda completions, **kw: [
         -len(c[0]["content"]) / 100 for c in completions]}, tasks={"sums": ROWS}, output_dir=tmp_path / "run")
     assert (result.final_model / "config.json").exists()
     assert [r["step"] for r in result.metrics()] == [1, 2] and "reward/short" in result.metrics()[0]
     assert {r["step"] for r in result.samples()} == {1, 2} and result.samples(2)[0]["rewards"]["short"] <= 0
     assert result.summary["eval_after"]["n"] == 4
+    from trackio.sqlite_storage import SQLiteStorage
+
+    tracked = SQLiteStorage.get_logs("api", "run")  # project: the recipe's name; run: the folder's
+    assert [r["step"] for r in tracked] == [1, 2] and tracked[1]["loss"] == result.metrics()[1]["loss"]
+    assert any((tmp_path / "run" / "tensorboard").iterdir())
     ev = rlvr.evaluate(RECIPE, result.final_model, overrides={"sampling.backend": "hf", "eval.limit": 4,
                                                               "eval.max_tokens": 8},
                        rewards={"exact": trl_exact}, tasks={"sums": ROWS}, output_dir=tmp_path / "ev")

@@ -145,7 +145,9 @@ def test_trainer_logprobs_are_the_samplers_at_the_sampling_temperature(tiny_mode
 SKIP_REWARDS = [1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.5, 0.5]
 SKIP_CASES = {
     "plain": {},
-    "ppo2_clip": {"ppo_epochs": 2, "clip": {"eps_low": 0.2, "eps_high": 0.28}},
+    # SGD at lr 0.5 moves ratios to 0.39-2.41 by the second epoch: with these bounds 5 of the 9 trained
+    # tokens clip under seq_mean_token_sum, none under the others, and every epoch has a gradient
+    "ppo2_clip": {"ppo_epochs": 2, "clip": {"eps_low": 0.55, "eps_high": 1.3}},
     "is_tis_ppo2": {"ppo_epochs": 2, "clip": {"eps_low": 0.2, "eps_high": 0.28}, "is_correction": {"mode": "tis"}},
     # KL in the reward gives every sequence its own reward: only the weight-0 (truncated) ones skip
     "kl_in_reward_ppo2": {"kl": {"beta": 0.1, "estimator": "k3", "target": "reward"}, "ppo_epochs": 2,
@@ -195,9 +197,8 @@ def test_skipping_sequences_without_gradient_changes_no_gradient(case, aggregati
     assert skip_backend.backwards < full_backend.backwards
     assert skipped["forward_tokens"] < full["forward_tokens"]
     assert len(skip_backend.records) == len(full_backend.records) == algo.ppo_epochs
-    # A real gradient in every epoch; ppo2_clip's second epoch is all clipped (SGD at lr 0.5 moves
-    # every trained token's ratio past its bound), so only its first epoch compares non-zeros.
-    for _, grads in full_backend.records[: 1 if case == "ppo2_clip" else None]:
+    # a real gradient in every epoch: the comparison below is of non-zeros
+    for _, grads in full_backend.records:
         assert any(float(g.abs().max()) > 1e-5 for g in grads.values())
     for (_, with_all), (_, without) in zip(full_backend.records, skip_backend.records):
         assert set(with_all) == set(without)

@@ -24,6 +24,7 @@ from rlvr.recipe.load import load_recipe
 from rlvr.recipe.resolve import resolve
 from rlvr.recipe.spec import Recipe
 from rlvr.runs.outputs import check_folder_target
+from rlvr.runs.tracking import check_trackers
 
 Rows = Iterable[Mapping[str, Any]]
 
@@ -123,6 +124,7 @@ def prepare(recipe, overrides, rewards, tasks, profile, extra: Mapping[str, Any]
     rec = load_recipe(recipe, strings, profile, settings, defaults=[(f"rewards.{n}", 1.0) for n in rewards or {}])
     resolve(rec, registry)
     check_model_name(rec.model.name)
+    check_trackers(rec.trainer.report_to)
     return rec, registry
 
 

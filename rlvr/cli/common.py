@@ -88,11 +88,13 @@ def _load_resolved(path, overrides: list[str], profile: str | None, registry, se
     from rlvr.recipe.resolve import resolve
 
     from rlvr.models.hub import check_model_name
+    from rlvr.runs.tracking import check_trackers
 
     recipe = load_recipe(path, overrides, profile, settings)
     try:
         resolve(recipe, registry)
         check_model_name(recipe.model.name)
+        check_trackers(recipe.trainer.report_to)
     except RlvrError as exc:
         where = f"{path} (profile {profile!r})" if profile else str(path)
         raise RlvrError(f"{where}: {exc}") from None

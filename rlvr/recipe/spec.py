@@ -323,6 +323,9 @@ class TrainerConfig(Strict):
     # OUTPUT_DIR/samples.jsonl, per turn for episodes (`rlvr samples RUN` prints them). 0: never.
     samples_every: int = Field(default=4, ge=0)
     samples_groups: int = Field(default=2, ge=1)
+    # Trackers that get every step's metrics (rlvr/runs/tracking.py); each must be installed.
+    # None: TensorBoard when it is installed.
+    report_to: list[Literal["tensorboard", "wandb", "trackio"]] | None = None
 
 
 class EvalConfig(Strict):

@@ -1,5 +1,5 @@
 """Step metrics: named sums reduced over ranks by name, the row written to ``metrics.jsonl``
-(and TensorBoard), and the one line a step prints.
+(trackers get it too: ``rlvr.runs.tracking``), and the one line a step prints.
 
 A rank reports plain sums (``reward_sum``, ``tokens``, ...); ``reduce_sums`` adds them up over
 ranks name by name, and ``step_row`` turns the totals into the means a user reads.
@@ -205,7 +205,6 @@ class MetricsLog:
 
     def __init__(self, path: Path, enabled: bool):
         self.path, self.enabled = path, enabled
-        self.tb = None
 
     def truncate_to(self, done: int) -> None:
         """Keep the rows of steps 1 to ``done`` (a run resumed after ``done`` steps redoes the rest)."""
@@ -230,15 +229,3 @@ class MetricsLog:
             f.write(json.dumps(row) + "\n")
             f.flush()
             os.fsync(f.fileno())
-        if self.tb is None:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self.tb = SummaryWriter(str(self.path.parent / "tensorboard"))
-            except Exception:  # noqa: BLE001 - tensorboard is a convenience
-                self.tb = False
-        if self.tb:
-            for key, value in row.items():
-                if isinstance(value, (int, float)) and key != "step":
-                    self.tb.add_scalar(key, value, row["step"])
-            self.tb.flush()

@@ -44,6 +44,7 @@ from rlvr.rewards.runner import BoundReward, bind_rewards
 from rlvr.runs.logs import RunOutput
 from rlvr.runs.metrics import MetricsLog, StuckReward, reduce_sums, rollout_sums, step_line, step_row
 from rlvr.runs.samples import SamplesLog, sample_records
+from rlvr.runs.tracking import Trackers, check_trackers
 from rlvr.sampling.episodes import episode_runner
 from rlvr.sampling.prompts import PromptSet, load_prompt_set
 from rlvr.sampling.samplers import context_length, make_sampler, model_max_len, require_vllm, sampler_dtype
@@ -116,6 +117,7 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
     ckpt_dir = output_dir / "checkpoints"
     check_output_dir(ckpt_dir, resume)
     rewards = bind_rewards(recipe.rewards, registry, conversational=recipe.prompt.chat_template)
+    check_trackers(recipe.trainer.report_to)  # a tracker named but not installed: before any model loads
     t, s, algo = recipe.trainer, recipe.sampling, recipe.algorithm
     # However training ends, the sampler is closed (``closing``) and then the default process
     # group (DeepSpeed's; vLLM's engine uses it too) destroyed: nothing is left to the exit.
@@ -164,6 +166,7 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
         closing.callback(sampler.close)
         state, position = TrainState(), 0
         report = StepReport(recipe, world, rank, out, tokenizer)
+        closing.callback(report.trackers.close)
         if resume:
             state, position = load_checkpoint(backend.engine, ckpt_dir, rank=rank)
             report.truncate_to(state.step)
@@ -232,6 +235,8 @@ class StepReport:
         self.samples = SamplesLog(folder / "samples.jsonl", every=t.samples_every, groups=t.samples_groups,
                                   enabled=rank == 0)
         self.stuck = StuckReward(t.stuck_reward_steps, recipe.task_reward, enabled=rank == 0)
+        self.trackers = Trackers(check_trackers(t.report_to), output_dir=folder, project=recipe.name,
+                                 config=recipe.model_dump(mode="json"), enabled=rank == 0)
 
     def truncate_to(self, done: int) -> None:
         """A run resumed after ``done`` steps redoes the ones after it."""
@@ -246,6 +251,7 @@ class StepReport:
         row = step_row(step + 1, sums, world=self.world, reward_names=rollout.reward_names, times=times, lr=lr,
                        grad_norm=grad_norm, staleness=step - rollout.policy_version)
         self.metrics.write(row)
+        self.trackers.log(row)
         self.out.step(step_line(row, self.recipe.trainer.steps))
         self.stuck.update(row, rollout.completions)
         if self.samples.due(step + 1):
