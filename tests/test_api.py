@@ -67,6 +67,7 @@ def test_bad_input_raises_before_any_model_loads(tmp_path):
 @pytest.mark.slow
 def test_train_then_evaluate_from_python(tmp_path, tiny_model, monkeypatch):
     monkeypatch.setenv("TRACKIO_DIR", str(tmp_path / "trackio"))  # trackio, offline: a local database
+    before = {k: os.environ.get(k) for k in ("RANK", "MASTER_PORT")}
     sets = {"model.name": tiny_model, "sampling.backend": "hf", "sampling.max_tokens": 8, "trainer.steps": 2,
             "trainer.samples_every": 1, "eval.limit": 4, "trainer.eval_at_end": True,
             "trainer.report_to": ["tensorboard", "trackio"]}
@@ -86,6 +87,8 @@ def test_train_then_evaluate_from_python(tmp_path, tiny_model, monkeypatch):
                        rewards={"exact": trl_exact}, tasks={"sums": ROWS}, output_dir=tmp_path / "ev")
     assert ev.report["n"] == 4 and 0 <= ev.accuracy <= 1 and len(ev.samples()) == 4
     assert (tmp_path / "ev" / "eval.log").exists()
+    # the world of one is gone with the run: a child process, or the next run, does not find its port
+    assert {k: os.environ.get(k) for k in ("RANK", "MASTER_PORT")} == before
 
 
 @pytest.mark.slow

@@ -12,6 +12,8 @@ is checked before a model loads; bad input raises ``RlvrError`` with the CLI's o
 from __future__ import annotations
 
 import json
+import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -85,8 +87,28 @@ def train(recipe: str | Path | Mapping[str, Any], *, overrides: Mapping[str, Any
     rec, registry = prepare(recipe, overrides, rewards, tasks, profile)
     out = Path(output_dir) if output_dir is not None else Path("runs") / rec.name
     check_folder_target(out, "output_dir")
-    summary = run_training(rec, registry, out, resume=resume, verbose=verbose)
+    with _process_env():
+        summary = run_training(rec, registry, out, resume=resume, verbose=verbose)
     return TrainResult(out, summary)
+
+
+DISTRIBUTED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
+
+
+@contextmanager
+def _process_env():
+    """A run in this process sets up a world of one (``RANK``, ``MASTER_PORT``, ... in
+    ``os.environ``): put them back as they were, so that a second run, or a child process, does
+    not find the first one's port."""
+    saved = {key: os.environ.get(key) for key in DISTRIBUTED_ENV}
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def evaluate(recipe: str | Path | Mapping[str, Any], model: str | Path | None = None, *,
@@ -158,8 +180,8 @@ def _overrides(overrides) -> tuple[list[str], list[tuple[str, Any]]]:
     """``KEY=VALUE`` strings (read as YAML, as ``--set``) and (key, value) pairs taken as given."""
     if overrides is None:
         return [], []
-    if isinstance(overrides, Mapping):
-        return [], [(str(k), v) for k, v in overrides.items()]
+    if isinstance(overrides, Mapping):  # a path-like value (model.name=Path(...)) is its path
+        return [], [(str(k), os.fspath(v) if isinstance(v, os.PathLike) else v) for k, v in overrides.items()]
     if isinstance(overrides, str):
         raise RlvrError("overrides: a mapping {'trainer.steps': 4} or a list of 'KEY=VALUE' strings, not one string")
     return [str(o) for o in overrides], []
