@@ -197,6 +197,9 @@ def test_skipping_sequences_without_gradient_changes_no_gradient(case, aggregati
     assert skip_backend.backwards < full_backend.backwards
     assert skipped["forward_tokens"] < full["forward_tokens"]
     assert len(skip_backend.records) == len(full_backend.records) == algo.ppo_epochs
+    if case == "ppo2_clip":  # the clip fractions are the last epoch's (the first one's ratios are all 1)
+        clipped = 5 if aggregation == "seq_mean_token_sum" else 0
+        assert skipped["clip_low"] + skipped["clip_high"] == full["clip_low"] + full["clip_high"] == clipped
     # a real gradient in every epoch: the comparison below is of non-zeros
     for _, grads in full_backend.records:
         assert any(float(g.abs().max()) > 1e-5 for g in grads.values())

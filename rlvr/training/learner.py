@@ -199,7 +199,7 @@ class Learner:
 
     def update(self, rollout: Rollout, lr: float) -> dict[str, float]:
         """Train on one rollout; returns sums over this rank's tokens (loss, kl, entropy,
-        clip_low, clip_high, tokens; ``is_*`` and ``mismatch_k3`` when the completions carry the
+        clip_low, clip_high (in the last epoch), tokens; ``is_*`` and ``mismatch_k3`` when the completions carry the
         sampler's log-probs), group counts, what was skipped and padded, and the last step's
         grad norm.
 
@@ -286,9 +286,10 @@ class Learner:
                 if first and counted:
                     stats["loss"] += float(loss.detach())
                     stats["entropy"] += float((entropy * resp_mask).sum())
+                    stats["tokens"] += float(resp_mask.sum())
+                if epoch == algo.ppo_epochs - 1 and counted:  # the first epoch's ratios are all 1
                     stats["clip_low"] += float((c_low.float() * mask).sum())
                     stats["clip_high"] += float((c_high.float() * mask).sum())
-                    stats["tokens"] += float(resp_mask.sum())
             grad_norm = self.backend.step()  # one optimizer step per epoch over the batch
         forward = self._forward_tokens(plan, prompt_lens, rollout.lengths, [i // k for i in range(n)])
         return {**stats, "grad_norm": grad_norm, "groups": groups.groups, "zero_variance": groups.zero_variance,
