@@ -67,3 +67,20 @@ def test_terminal_view_shows_turns_rewards_and_what_is_not_trained_on():
     assert "  [environment, not trained on]\n    ```output\n    42\n    ```" in text
     assert "--- sample 1: total -  (math -  tool_call 0)  advantage +0.000  (truncated)" in text
     assert "  math: equal" in text
+
+
+def test_the_samples_command(tmp_path):
+    from conftest import run_rlvr
+
+    missing = run_rlvr("samples", tmp_path)
+    assert missing.returncode == 2 and "no samples (a run writes them every trainer.samples_every steps)" in \
+        missing.stderr and len(missing.stderr.strip().splitlines()) == 1
+    log = SamplesLog(tmp_path / "samples.jsonl", every=2, groups=2, enabled=True)
+    for step in (2, 4):
+        log.write(sample_records(step, rollout(), [0.6, 0.0, -1.2, 1.2], decode, groups=2))
+    last = run_rlvr("samples", tmp_path, "--limit", "1")
+    assert last.returncode == 0 and last.stdout.startswith("=== step 4, group 0") and "sample 1" not in last.stdout
+    group = run_rlvr("samples", tmp_path, "--step", "2", "--group", "1")
+    assert group.returncode == 0 and "=== step 2, group 1" in group.stdout and "group 0" not in group.stdout
+    absent = run_rlvr("samples", tmp_path, "--step", "3")
+    assert absent.returncode == 2 and "no samples of step 3; steps with samples: 2, 4" in absent.stderr
