@@ -152,16 +152,23 @@ def hand_started(tmp_path_factory, tiny_model, test_plugin):
     root = tmp_path_factory.mktemp("hand")
     recipe, env = make_run(root, tiny_model, test_plugin, backend="vllm")
     long_system_prompt(recipe)
-    port, log = free_port(), root / "sampler.log"
-    sampler = subprocess.Popen([RLVR, "sampler", recipe, "--port", str(port)], env={**env, SECRET_ENV: HAND_SECRET},
-                               stdout=subprocess.DEVNULL, stderr=open(log, "w"), start_new_session=True)
+    port, log, terminal = free_port(), root / "sampler.log", root / "terminal.log"
+    sampler = subprocess.Popen([RLVR, "sampler", recipe, "--port", str(port), "--log-file", log],
+                               env={**env, SECRET_ENV: HAND_SECRET}, stdout=subprocess.DEVNULL,
+                               stderr=open(terminal, "w"), start_new_session=True)
     try:
         end = time.time() + 300
         while True:
-            assert sampler.poll() is None and time.time() < end, log.read_text()[-2000:]
+            assert sampler.poll() is None and time.time() < end, \
+                (terminal.read_text() + (log.read_text() if log.exists() else ""))[-2000:]
             try:
                 if requests.get(f"http://127.0.0.1:{port}/health", headers=auth_headers(HAND_SECRET),
                                 timeout=2).status_code == 200:
+                    # a quiet terminal: one line saying where it listens and where its output goes
+                    assert terminal.read_text().splitlines() == [
+                        f"rlvr: sampler for tiny on port {port}; trainers name it in sampling.server.urls as "
+                        f"http://127.0.0.1:{port}; its output goes to {log}"], terminal.read_text()[-2000:]
+                    assert "vLLM" in log.read_text() or "vllm" in log.read_text()
                     break
             except requests.RequestException:
                 time.sleep(1)

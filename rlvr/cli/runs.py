@@ -138,7 +138,10 @@ def pool(recipe, output_path, model, k, limit, verbose, overrides, profile):
               "$RLVR_SAMPLER_SECRET_FILE names).")
 @click.option("--print-command", is_flag=True, help="Print the command line, with the environment it needs "
               "(the secret left out), instead of running it.")
-def sampler(recipe, overrides, profile, model, host, port, secret_file, print_command):
+@click.option("--log-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where the sampler's output goes (default: sampler-PORT.log in the current folder).")
+@click.option("--verbose", is_flag=True, help="Show the sampler's output (vLLM's) here instead of in --log-file.")
+def sampler(recipe, overrides, profile, model, host, port, secret_file, print_command, log_file, verbose):
     """Run one vLLM sampler for a recipe, in the foreground (Ctrl-C stops it).
 
     Start one on each node that should sample, then train with sampling.mode: server and
@@ -185,10 +188,23 @@ def sampler(recipe, overrides, profile, model, host, port, secret_file, print_co
     import socket
 
     where = socket.gethostname() if host in ("0.0.0.0", "::") else host
+    log_file = None if verbose else (log_file or Path(f"sampler-{port}.log"))
+    if log_file is not None:
+        from rlvr.runs.outputs import check_folder_target
+
+        check_folder_target(log_file.parent, f"--log-file {log_file}: folder")
+        try:
+            log_fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        except OSError as exc:
+            raise RlvrError(f"--log-file {log_file}: {exc.strerror}") from None
     click.echo(f"rlvr: sampler for {rec.name} on port {port}; trainers name it in sampling.server.urls as "
-               f"http://{where}:{port}", err=True)
+               f"http://{where}:{port}" + (f"; its output goes to {log_file}" if log_file else ""), err=True)
     sys.stdout.flush()
     sys.stderr.flush()
+    if log_file is not None:  # the server's (vLLM's) output to the log: the terminal keeps the line above
+        os.dup2(log_fd, 1)
+        os.dup2(log_fd, 2)
+        os.close(log_fd)
     try:  # the process becomes the server: Ctrl-C and other signals reach vLLM itself, its status is ours
         os.execve(command[0], command, env)
     except OSError as exc:
