@@ -266,7 +266,7 @@ def test_one_step_ahead_with_vllm(tmp_path, tiny_model, test_plugin):
                           env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     metrics = rows(out)
-    assert [(r["step"], r["staleness"]) for r in metrics] == [(0, 0), (1, 1), (2, 1)]
+    assert [(r["step"], r["staleness"]) for r in metrics] == [(1, 0), (2, 1), (3, 1)]
     assert all("is_capped_frac" in r and 0 <= r["wait_samples_frac"] <= 1 for r in metrics)
     assert metrics[1]["mismatch_k3"] > 0  # one step of SGD at lr 1e-3 apart
     assert [json.loads(line)["step"] for line in (out / "eval.jsonl").read_text().splitlines()] == [2]
@@ -384,6 +384,12 @@ def report():
     print(f"PROCESS_GROUP_ALIVE_AT_EXIT={dist.is_available() and dist.is_initialized()}", file=sys.stderr)
 
 if __name__ == "__main__":
+    # Ctrl-C in a terminal reaches a foreground run with Python's default handler; a test suite
+    # started in the background (`cmd &` without job control) runs with SIGINT ignored, which
+    # every child inherits. Restore what a terminal gives.
+    import signal
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     atexit.register(report)  # first registered, last run
     from rlvr.cli.main import main
     sys.argv = ["rlvr", *sys.argv[1:]]
