@@ -11,7 +11,6 @@ is checked before a model loads; bad input raises ``RlvrError`` with the CLI's o
 
 from __future__ import annotations
 
-import json
 import os
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -20,11 +19,12 @@ from typing import Any, Callable, Iterable, Mapping
 
 from rlvr import RlvrError
 from rlvr.host.registry import Registry, TaskSpec, load_registry, make_reward_spec
-from rlvr.kit.data import in_test_split
+from rlvr.kit import in_test_split, read_jsonl
 from rlvr.models.hub import check_model_name
 from rlvr.recipe.load import load_recipe
 from rlvr.recipe.resolve import resolve
 from rlvr.recipe.spec import Recipe
+from rlvr.runs.metrics import step_rows
 from rlvr.runs.outputs import check_folder_target
 from rlvr.runs.tracking import check_trackers
 
@@ -49,7 +49,7 @@ class TrainResult:
 
     def metrics(self) -> list[dict]:
         """The rows of ``metrics.jsonl``, one per step (numbered from 1)."""
-        return [json.loads(line) for line in self.metrics_path.read_text().splitlines() if line.strip()]
+        return [row for _, row in step_rows(self.metrics_path)]
 
     def samples(self, step: int | None = None) -> list[dict]:
         """The records of ``samples.jsonl`` (of ``step`` only, when given)."""
@@ -73,8 +73,7 @@ class EvalResult:
 
     def samples(self) -> list[dict]:
         """Each prompt's samples with their rewards (``samples.jsonl``)."""
-        lines = (self.output_dir / "samples.jsonl").read_text().splitlines()
-        return [json.loads(line) for line in lines if line.strip()]
+        return list(read_jsonl(self.output_dir / "samples.jsonl"))
 
 
 def train(recipe: str | Path | Mapping[str, Any], *, overrides: Mapping[str, Any] | Iterable[str] | None = None,
@@ -160,7 +159,7 @@ def task_from_rows(name: str, rows: Any) -> TaskSpec:
         load, splits = (lambda split, **_: table[split]), tuple(table)
     else:
         every = [dict(r) for r in rows]
-        held = [in_test_split(json.dumps(r, sort_keys=True, default=str)) for r in every]
+        held = [in_test_split(r) for r in every]
         table = {"train": [r for r, h in zip(every, held) if not h], "test": [r for r, h in zip(every, held) if h]}
         load, splits = (lambda split, **_: table[split]), ("train", "test")
     sample = next((r for split in splits for r in load(split)), None)

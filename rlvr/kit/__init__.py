@@ -15,7 +15,7 @@ same (``tests/test_layout.py`` fails when one imports a private module). What is
 - data: ``read_jsonl`` (line-numbered one-line errors), ``local_or_hub`` (a local file or
   folder first, a hub id when online), ``hub_rows`` (a hub dataset's split), ``data_dir`` (where offline copies live:
   ``RLVR_DATA_DIR``), ``cache_dir`` (rlvr's cache: ``RLVR_CACHE_DIR``), ``in_test_split``
-  (the held-out side of a dataset without a test split, by a hash of each item's text);
+  (the held-out side of a dataset without a test split, by a hash of each item's text or row);
 - scoring: ``soft_overlong_penalty`` (DAPO's length shaping).
 
 Every other part of rlvr may import it; it imports only the hook API.

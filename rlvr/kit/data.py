@@ -9,7 +9,7 @@ import socket
 import zlib
 from pathlib import Path
 from urllib.parse import urlparse
-from typing import Iterator
+from typing import Any, Iterator, Mapping
 
 from rlvr import RlvrError
 
@@ -118,8 +118,9 @@ def cache_dir() -> Path:
 TEST_SHARE = 5  # one item in five belongs to a generated or unsplit dataset's test split
 
 
-def in_test_split(key: str) -> bool:
-    """Whether the item whose text is ``key`` belongs to the held-out test split of a dataset
-    that comes without one (one in ``TEST_SHARE``, by a hash of the text: the same item always
-    falls on the same side, whatever else the dataset holds)."""
+def in_test_split(item: str | Mapping[str, Any]) -> bool:
+    """Whether ``item`` (its text, or a row: its JSON with sorted keys) belongs to the held-out
+    test split of a dataset that comes without one (one in ``TEST_SHARE``, by a hash of the
+    text: the same item always falls on the same side, whatever else the dataset holds)."""
+    key = item if isinstance(item, str) else json.dumps(item, sort_keys=True, default=str)
     return zlib.crc32(key.encode()) % TEST_SHARE == 0

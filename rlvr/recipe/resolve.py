@@ -180,9 +180,9 @@ def peek_rows(recipe: Recipe, registry: Registry, root: Path) -> list[str]:
     notes = []
     for ref, split in ((recipe.task, recipe.data.train_split), (recipe.eval_task, recipe.eval_split)):
         task = registry.task(ref.name)
-        count = 0
+        columns, count = set(task_columns(task, ref)), 0
         for count, row in enumerate(task_rows(task, ref, split, root), 1):
-            missing = sorted(set(task_columns(task, ref)) - set(row))
+            missing = sorted(columns - set(row))
             if missing:
                 raise RlvrError(f"task {task.name!r} split {split!r} row {count}: lacks column {missing[0]!r}")
         if not count:

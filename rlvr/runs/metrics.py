@@ -200,6 +200,29 @@ class StuckReward:
         return message
 
 
+def step_rows(path: Path) -> list[tuple[str, dict]]:
+    """(line, row) for each line of a run's JSONL file (``metrics.jsonl``, ``samples.jsonl``)
+    that holds an object with an integer ``step``; a line cut short by a kill is left out."""
+    out = []
+    for line in Path(path).read_text(encoding="utf-8").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("step"), int):
+            out.append((line, row))
+    return out
+
+
+def keep_steps(path: Path, done: int) -> None:
+    """Rewrite ``path`` with only its rows of steps 1 to ``done`` (a run resumed after ``done``
+    steps writes the rest again); the file is replaced whole, never left half written."""
+    keep = [line for line, row in step_rows(path) if row["step"] <= done]
+    tmp = Path(path).with_suffix(".tmp")
+    tmp.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+    os.replace(tmp, path)
+
+
 class MetricsLog:
     """metrics.jsonl: exactly one row per step, also across kill -9 and --resume."""
 
@@ -208,19 +231,8 @@ class MetricsLog:
 
     def truncate_to(self, done: int) -> None:
         """Keep the rows of steps 1 to ``done`` (a run resumed after ``done`` steps redoes the rest)."""
-        if not self.enabled or not self.path.exists():
-            return
-        keep = []
-        for line in self.path.read_text().splitlines():
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a row cut short by a kill
-            if isinstance(row, dict) and row.get("step", math.inf) <= done:
-                keep.append(line)
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(line + "\n" for line in keep))
-        os.replace(tmp, self.path)
+        if self.enabled and self.path.exists():
+            keep_steps(self.path, done)
 
     def write(self, row: dict) -> None:
         if not self.enabled:

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import textwrap
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from rlvr.runs.metrics import keep_steps, step_rows
 
 Decode = Callable[[Sequence[int]], str]
 
@@ -87,31 +88,13 @@ class SamplesLog:
 
     def truncate_to(self, done: int) -> None:
         """Keep the records of steps 1 to ``done``."""
-        if not self.enabled or not self.path.exists():
-            return
-        keep = [line for line in self.path.read_text(encoding="utf-8").splitlines()
-                if _step_of(line) is not None and _step_of(line) <= done]
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
-        os.replace(tmp, self.path)
-
-
-def _step_of(line: str) -> int | None:
-    try:
-        record = json.loads(line)
-    except json.JSONDecodeError:
-        return None  # a line cut short by a kill
-    step = record.get("step") if isinstance(record, dict) else None
-    return step if isinstance(step, int) else None
+        if self.enabled and self.path.exists():
+            keep_steps(self.path, done)
 
 
 def read_samples(path: Path) -> list[dict]:
     """The records of a run's ``samples.jsonl`` (lines cut short by a kill are left out)."""
-    out = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
-        if _step_of(line) is not None:
-            out.append(json.loads(line))
-    return out
+    return [record for _, record in step_rows(path)]
 
 
 def format_records(records: Sequence[Mapping], width: int | None = None) -> str:

@@ -117,7 +117,7 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
     ckpt_dir = output_dir / "checkpoints"
     check_output_dir(ckpt_dir, resume)
     rewards = bind_rewards(recipe.rewards, registry, conversational=recipe.prompt.chat_template)
-    check_trackers(recipe.trainer.report_to)  # a tracker named but not installed: before any model loads
+    trackers = check_trackers(recipe.trainer.report_to)  # one named but not installed: before any model loads
     t, s, algo = recipe.trainer, recipe.sampling, recipe.algorithm
     # However training ends, the sampler is closed (``closing``) and then the default process
     # group (DeepSpeed's; vLLM's engine uses it too) destroyed: nothing is left to the exit.
@@ -165,7 +165,7 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
         # vLLM's shutdown may tear down the default process group: nothing collective after it
         closing.callback(sampler.close)
         state, position = TrainState(), 0
-        report = StepReport(recipe, world, rank, out, tokenizer)
+        report = StepReport(recipe, world, rank, out, tokenizer, trackers)
         closing.callback(report.trackers.close)
         if resume:
             state, position = load_checkpoint(backend.engine, ckpt_dir, rank=rank)
@@ -228,14 +228,15 @@ class StepReport:
     """What a step leaves: its row in ``metrics.jsonl`` (and TensorBoard), its line on the
     console, the stuck-reward warning, and every ``trainer.samples_every`` steps its samples."""
 
-    def __init__(self, recipe: Recipe, world: int, rank: int, out: RunOutput, tokenizer):
+    def __init__(self, recipe: Recipe, world: int, rank: int, out: RunOutput, tokenizer, trackers: list[str]):
+        """``trackers``: the names ``check_trackers`` gave for ``trainer.report_to``."""
         t, folder = recipe.trainer, out.path.parent
         self.recipe, self.world, self.out, self.decode = recipe, world, out, tokenizer.decode
         self.metrics = MetricsLog(folder / "metrics.jsonl", enabled=rank == 0)
         self.samples = SamplesLog(folder / "samples.jsonl", every=t.samples_every, groups=t.samples_groups,
                                   enabled=rank == 0)
         self.stuck = StuckReward(t.stuck_reward_steps, recipe.task_reward, enabled=rank == 0)
-        self.trackers = Trackers(check_trackers(t.report_to), output_dir=folder, project=recipe.name,
+        self.trackers = Trackers(trackers, output_dir=folder, project=recipe.name,
                                  config=recipe.model_dump(mode="json"), enabled=rank == 0)
 
     def truncate_to(self, done: int) -> None:
