@@ -1,4 +1,4 @@
-"""Weight sync, trainer -> vLLM, against model size: collective broadcast vs safetensors files.
+"""Weight sync, trainer -> vLLM, against model size: collective broadcast and shared memory vs safetensors files.
 
 How each way moves the trainer's full weights into a vLLM engine on this machine (CPU, fp32):
 
@@ -10,6 +10,9 @@ How each way moves the trainer's full weights into a vLLM engine on this machine
   vLLM's weight-transfer routes (``rlvr.sampling.weight_sync``);
 - ``broadcast, server``: ``sampling.mode: server``: the same broadcast into vLLM's OpenAI server
   process, its control plane over HTTP;
+- ``shared, child`` and ``shared, server``: the same two with ``sampling.sync_transport: shared``
+  (the default on one host's CPU): each bucket through one of two shared-memory buffers that the
+  workers map, no collective;
 - ``in-process``: one rank, the engine inside the trainer's process: tensors handed over.
 
 Models: SmolLM2-135M-Instruct (the demo's) and a random-init model shaped like
@@ -36,9 +39,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-WAYS = ["files", "broadcast-child", "broadcast-server", "in-process"]
-LABELS = {"files": "files (anchor)", "broadcast-child": "broadcast, child", "broadcast-server": "broadcast, server",
-          "in-process": "in-process"}
+WAYS = ["files", "broadcast-child", "shared-child", "broadcast-server", "shared-server", "in-process"]
+LABELS = {"files": "files (anchor)", "broadcast-child": "broadcast, child", "shared-child": "shared, child",
+          "broadcast-server": "broadcast, server", "shared-server": "shared, server", "in-process": "in-process"}
 QWEN_15B = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
                 num_key_value_heads=2, vocab_size=151936, max_position_embeddings=4096, tie_word_embeddings=True)
 
@@ -63,7 +66,6 @@ def make_models(names: list[str], work: Path) -> dict[str, str]:
 
 def worker(model_path: str, way: str, bucket_mb: int, repeats: int, check: bool) -> dict:
     """One way, one model, in this process: time ``repeats`` syncs after a warm-up one."""
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     if way == "files":  # the anchor sends a function (the tied-head repack) to vLLM's worker process
         os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
     import torch
@@ -74,7 +76,8 @@ def worker(model_path: str, way: str, bucket_mb: int, repeats: int, check: bool)
     model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32)
     nbytes = sum(p.numel() * p.element_size() for _, p in hf_state_for_sync(model, zero3=False))
     proc = None
-    if way == "broadcast-server":
+    transport = "shared" if way.startswith("shared-") else "broadcast"
+    if way.endswith("-server"):
         from rlvr.sampling.server import SamplerProcess, ServerSampler, server_command, server_env
         from rlvr.sampling.weight_sync import free_port
 
@@ -82,16 +85,16 @@ def worker(model_path: str, way: str, bucket_mb: int, repeats: int, check: bool)
 
         port, secret = free_port(), new_secret()
         proc = SamplerProcess(server_command(model_path, port=port, max_model_len=256, dtype="float32", seed=0,
-                                             gpu_memory_utilization=0.1, on_cpu=True),
-                              server_env(devices=None, on_cpu=True, cpu_kvcache_gib=1, secret=secret),
+                                             gpu_memory_utilization=0.1, on_cpu=True, kv_cache_bytes=1 << 30),
+                              server_env(devices=None, on_cpu=True, secret=secret),
                               Path(tempfile.gettempdir()) / f"bench-sync-{port}.log", port)
         proc.wait_ready(900)
         sampler = ServerSampler([proc.url], secret=secret, rank=0, world=1, timeout_s=900,
-                                bucket_bytes=bucket_mb << 20, processes=[proc])
+                                bucket_bytes=bucket_mb << 20, processes=[proc], transport=transport)
     else:
-        sampler = VLLMSampler(model_path, max_model_len=256, seed=0, gpu_memory_utilization=0.1, cpu_kvcache_gib=1,
+        sampler = VLLMSampler(model_path, max_model_len=256, seed=0, gpu_memory_utilization=0.1, kv_cache_bytes=1 << 30,
                               in_process=way == "in-process", on_cpu=True, dtype="float32",
-                              bucket_bytes=bucket_mb << 20)
+                              bucket_bytes=bucket_mb << 20, transport=transport)
 
     def via_files():
         from safetensors.torch import save_file

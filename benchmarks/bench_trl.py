@@ -12,7 +12,12 @@ each batch, and the same loss: the sequence-level REINFORCE loss TRL's RLOO uses
 
 - ``rlvr``: colocated and synchronous (``sampling.mode: colocate``, ``max_staleness: 0``):
   vLLM inside the trainer's process; sample, train, sync the weights, in turn;
-- ``rlvr-server``: the same recipe plus ``sampling.mode: server`` and
+- ``rlvr-bf16``: ``rlvr`` with the sampler in bfloat16, which is what rlvr's default
+  (``sampling.dtype: auto``) picks on CPUs with bf16 instructions and on GPUs; the trainer stays
+  fp32, so ``algorithm.is_correction.mode: auto`` weighs the loss by truncated importance weights
+  against the sampler's log-probs. Run only on CPUs with bf16 instructions (elsewhere auto picks
+  fp32, which is the ``rlvr`` side, and vLLM's bf16 is several times slower), unless named by ``--only``;
+- ``rlvr-server``: the same recipe as ``rlvr`` plus ``sampling.mode: server`` and
   ``sampling.max_staleness: 1``: vLLM's OpenAI server in a process of its own (the trainer
   starts it), drawing step s + 1 on the weights of step s while the trainer trains step s;
   the weights travel by collective broadcast. Its samples are one step old, so rlvr's default
@@ -47,9 +52,9 @@ Targets (from the issue, on CPU): rlvr <= 0.33x TRL's time per step at equal or 
 reward; weight sync <= 10% of step time. Both are checked for each rlvr side. Run from the
 repository root:
 
-    .venv/bin/python benchmarks/bench_trl.py                 # all three sides, one round each
+    .venv/bin/python benchmarks/bench_trl.py                 # every side, one round each
     .venv/bin/python benchmarks/bench_trl.py --rounds 2      # alternate twice
-    .venv/bin/python benchmarks/bench_trl.py --only rlvr-server   # one side (rlvr, rlvr-server or trl)
+    .venv/bin/python benchmarks/bench_trl.py --only rlvr-server   # one side (rlvr, rlvr-bf16, rlvr-server or trl)
     .venv/bin/python benchmarks/bench_trl.py --steps 2 --prompts 1 --k 4 --max-tokens 16   # smoke
 
 Needs TRL (``pip install trl==1.16.0``) unless ``--only`` names an rlvr side; ``make bench``
@@ -82,7 +87,7 @@ SYSTEM = "Reply with only the number."
 EXTRACT = "auto"  # the math reward reads the last number when there is no boxed/tagged answer
 TEMPLATE = "{{question}}"
 POLL_S = 2.0  # reading smaps (PSS) of a vLLM process costs CPU: poll sparingly
-RLVR_SIDES = ("rlvr", "rlvr-server")
+RLVR_SIDES = ("rlvr", "rlvr-bf16", "rlvr-server")
 SIDES = (*RLVR_SIDES, "trl")  # the order each round runs them in
 SERVER_SAMPLING = {"mode": "server", "max_staleness": 1}  # rlvr-server: the rlvr recipe plus these
 TARGET_RATIO, TARGET_SYNC = 0.33, 0.10  # the issue's CPU targets: s/step vs TRL, sync share of a step
@@ -194,7 +199,8 @@ def rlvr_recipe(a: argparse.Namespace, side: str) -> dict[str, Any]:
     sampling = {"backend": "vllm", "num_generations": a.k, "temperature": 1.0, "top_p": 1.0,
                 "max_tokens": a.max_tokens}
     if "dtype" in SamplingConfig.model_fields:
-        sampling["dtype"] = "float32"  # fp32 on all sides (TRL generates with the fp32 training model)
+        # fp32 as TRL (it generates with the fp32 training model); rlvr-bf16: rlvr's default here
+        sampling["dtype"] = "bfloat16" if side == "rlvr-bf16" else "float32"
     if side == "rlvr-server":
         sampling.update(SERVER_SAMPLING)
     return {
@@ -529,10 +535,10 @@ def main() -> int:
     p.add_argument("--k", type=int, default=8, help="samples per prompt (default 8)")
     p.add_argument("--max-tokens", type=int, default=64, help="max new tokens per completion (default 64)")
     p.add_argument("--micro", type=int, default=None, help="sequences per forward/backward (default: largest divisor of prompts*k up to 16)")
-    p.add_argument("--rounds", type=int, default=1, help="alternations rlvr, rlvr-server, TRL, rlvr, ... (default 1)")
+    p.add_argument("--rounds", type=int, default=1, help="alternations rlvr, rlvr-bf16, rlvr-server, TRL, rlvr, ... (default 1)")
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--only", choices=SIDES, default=None, help="run one side only (default: all three)")
+    p.add_argument("--only", choices=SIDES, default=None, help="run one side only (default: all)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per run before it is killed")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "trl.json")
     p.add_argument("--keep", action="store_true", help="keep the runs' temporary folders (logs, metrics)")
@@ -555,6 +561,11 @@ def main() -> int:
 
     print(f"model: {resolve_model(MODEL)}", flush=True)  # pulls it once, outside any timing
     sides = [a.only] if a.only else list(SIDES)
+    from rlvr.sampling.samplers import cpu_has_bf16
+
+    if not a.only and not cpu_has_bf16():
+        sides.remove("rlvr-bf16")
+        print("rlvr-bf16 left out: this CPU has no bf16 instructions (rlvr samples in fp32 here, the rlvr side)")
     work = Path(tempfile.mkdtemp(prefix="rlvr-bench-trl-"))
     runs: dict[str, list[dict[str, Any]]] = {side: [] for side in sides}
     try:

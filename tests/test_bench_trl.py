@@ -44,6 +44,17 @@ def test_server_recipe_is_the_rlvr_recipe_plus_server_sampling(bench):
         {k: v for k, v in plain.items() if k not in ("sampling", "description")}
 
 
+def test_bf16_side_is_the_rlvr_recipe_with_the_sampler_in_bfloat16_and_importance_sampling(bench):
+    plain, bf16 = bench.rlvr_recipe(args(), "rlvr"), bench.rlvr_recipe(args(), "rlvr-bf16")
+    changed = {k: v for k, v in bf16["sampling"].items() if plain["sampling"].get(k) != v}
+    assert changed == {"dtype": "bfloat16"} and plain["sampling"]["dtype"] == "float32"
+    from rlvr.training.engine import _importance_sampling
+
+    # the trainer is fp32 on CPU: auto corrects the bf16 sampler's samples, not the fp32 one's
+    assert _importance_sampling(Recipe.model_validate(bf16), cuda=False)[0] == "tis"
+    assert _importance_sampling(Recipe.model_validate(plain), cuda=False)[0] == "none"
+
+
 def run(step_s, **series):
     n = len(step_s)
     return {"startup_s": 5.0, "step_s": step_s, "generate_s": [1.0] * n, "reward": [0.0, 0.5, 1.0][:n],

@@ -164,10 +164,13 @@ import sys, torch
 from transformers import AutoModelForCausalLM
 from rlvr.sampling.samplers import VLLMSampler, hf_state_for_sync
 
-path, dtype = sys.argv[1], sys.argv[2]
+path, dtype, way = sys.argv[1], sys.argv[2], sys.argv[3]
 exact = dtype == "float32"  # the trainer's dtype: the sampler computes what the trainer does
-sampler = VLLMSampler(path, max_model_len=256, seed=0, gpu_memory_utilization=0.1, cpu_kvcache_gib=1, in_process=True,
-                      on_cpu=True, dtype=dtype)
+# in-process: tensors handed over; else a child engine, its weights in 16 KiB buckets (a layer's
+# weights span several) through shared buffers or a gloo broadcast
+sampler = VLLMSampler(path, max_model_len=256, seed=0, gpu_memory_utilization=0.1, kv_cache_bytes=1 << 30,
+                      in_process=way == "in-process", on_cpu=True, dtype=dtype, bucket_bytes=16 << 10,
+                      transport="broadcast" if way == "in-process" else way)
 model = AutoModelForCausalLM.from_pretrained(path)
 prompt = [[1, 2, 3, 4, 5]]
 before = sampler.generate(prompt, n=1, temperature=0.0, top_p=1.0, max_tokens=8)[0][0].token_ids
@@ -175,11 +178,12 @@ with torch.no_grad():
     for p in model.parameters():
         p.add_(torch.randn_like(p) * 0.5)
 sampler.load_weights(hf_state_for_sync(model, zero3=False))
-vllm_model = sampler.llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
-theirs = dict(vllm_model.named_parameters())
-ours = dict(model.named_parameters())
-for name in ("model.embed_tokens.weight", "model.norm.weight", "model.layers.0.input_layernorm.weight"):
-    assert torch.equal(theirs[name].float(), ours[name].to(theirs[name].dtype).float()), name
+if way == "in-process":
+    vllm_model = sampler.llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
+    theirs = dict(vllm_model.named_parameters())
+    ours = dict(model.named_parameters())
+    for name in ("model.embed_tokens.weight", "model.norm.weight", "model.layers.0.input_layernorm.weight"):
+        assert torch.equal(theirs[name].float(), ours[name].to(theirs[name].dtype).float()), name
 after = sampler.generate(prompt, n=1, temperature=0.0, top_p=1.0, max_tokens=8)[0][0].token_ids
 hf = model.generate(torch.tensor(prompt), max_new_tokens=8, do_sample=False)[0, 5:].tolist()
 print("SYNC", before, after, hf)
@@ -231,14 +235,20 @@ assert unsynced > 10 * LOGPROB_TOLERANCE[dtype], unsynced  # the tolerance would
 # 2e-6); bfloat16 rounds weights and activations to 8 significant bits (measured 1.7e-2; a sync
 # that did nothing: 2.4).
 LOGPROB_TOLERANCE = {"float32": 2e-3, "bfloat16": 6e-2}
-SYNC_CHECK = f"LOGPROB_TOLERANCE = {LOGPROB_TOLERANCE!r}\n" + SYNC_CHECK
+# in a function under a main guard: a child engine's process is spawned, and imports the script
+SYNC_CHECK = (f"LOGPROB_TOLERANCE = {LOGPROB_TOLERANCE!r}\n\n\ndef main():\n" + textwrap.indent(SYNC_CHECK, "    ")
+              + '\n\nif __name__ == "__main__":\n    main()\n')
 
 
-@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])  # pinned: "auto" is either, by the CPU's instructions
-def test_vllm_weight_sync_matches_trainer(tmp_path, tiny_model, dtype):
+@pytest.mark.parametrize("dtype, way", [
+    ("float32", "in-process"), ("bfloat16", "in-process"),  # pinned: "auto" is either, by the CPU's instructions
+    pytest.param("float32", "shared", marks=pytest.mark.slow),  # a child engine: two ways in
+    pytest.param("float32", "broadcast", marks=pytest.mark.slow),
+])
+def test_vllm_weight_sync_matches_trainer(tmp_path, tiny_model, dtype, way):
     script = tmp_path / "sync_check.py"
     script.write_text(SYNC_CHECK)
-    done = subprocess.run([sys.executable, str(script), str(tiny_model), dtype], capture_output=True, text=True,
+    done = subprocess.run([sys.executable, str(script), str(tiny_model), dtype, way], capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "SYNC" in done.stdout

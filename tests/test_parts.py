@@ -4,6 +4,7 @@ prompt fitting and padding, the sampler's context rule."""
 
 from __future__ import annotations
 
+import json
 import math
 from types import SimpleNamespace
 
@@ -12,11 +13,12 @@ import pytest
 from rlvr import RlvrError
 from rlvr.host.registry import RewardSpec
 from rlvr.models.tokens import pad_batch
-from rlvr.recipe.spec import DynamicSamplingConfig, SamplingConfig, TrainerConfig
+from rlvr.recipe.spec import DynamicSamplingConfig, Recipe, SamplingConfig, TrainerConfig
 from rlvr.rewards.runner import BoundReward
 from rlvr.runs.metrics import StuckReward, add_sums, reduce_sums, rollout_sums, step_line, step_row
 from rlvr.sampling.prompts import Prompt, fit_prompts
-from rlvr.sampling.samplers import Completion, context_length
+from rlvr.sampling.samplers import (Completion, context_length, cpu_kv_cache_bytes, kv_cache_bytes,
+                                    sampler_sequences)
 from rlvr.training.policy import deepspeed_config, effective_zero_stage, lr_multiplier
 from rlvr.training.rollout import PromptStream, Rollout, RolloutProducer, zero_variance
 
@@ -238,6 +240,53 @@ def test_context_length_is_longest_prompt_plus_new_tokens():
 
 
 # ---------------------------------------------------------------------------- layout (more in test_layout.py)
+MINIMAL = {"name": "m", "task": {"name": "arithmetic"}, "prompt": {"template": "{{question}}"}, "rewards": {"math": 1.0}}
+SMOLLM2_SHAPE = {"num_hidden_layers": 30, "num_attention_heads": 9, "num_key_value_heads": 3, "hidden_size": 576}
+
+
+def test_kv_cache_bytes_hold_every_sequence_of_one_call_in_whole_blocks():
+    # SmolLM2-135M: 30 layers x 3 KV heads x head_dim 576/9 = 64, keys and values
+    per_token_fp32 = 2 * 30 * 3 * 64 * 4  # 46,080 bytes
+    # 32 sequences of 134 tokens: 2 blocks of 128 each, plus one spare block
+    tokens = (32 * 2 + 1) * 128
+    expected = -(-tokens * per_token_fp32 // (1 << 20)) << 20  # whole MiB
+    assert kv_cache_bytes(SMOLLM2_SHAPE, context=134, seqs=32, dtype="float32") == expected == 366 << 20
+    assert kv_cache_bytes(SMOLLM2_SHAPE, context=128, seqs=32, dtype="float32") == -(-33 * 128 * 46_080 // (1 << 20)) << 20
+    # bfloat16 halves it (up to the rounding); head_dim given outright wins over hidden/heads
+    assert kv_cache_bytes(SMOLLM2_SHAPE, context=134, seqs=32, dtype="bfloat16") == 183 << 20
+    assert kv_cache_bytes({**SMOLLM2_SHAPE, "head_dim": 128}, context=134, seqs=32, dtype="bfloat16") == 366 << 20
+    # no num_key_value_heads: multi-head attention, a KV head per head; a multimodal config's text part
+    assert kv_cache_bytes({"num_hidden_layers": 2, "num_attention_heads": 4, "hidden_size": 64}, context=1, seqs=1,
+                          dtype="float32") == 1 << 20  # 2 x 2 x 4 x 16 x 4 bytes x 256 tokens = 128 KiB -> 1 MiB
+    assert kv_cache_bytes({"text_config": SMOLLM2_SHAPE}, context=134, seqs=32, dtype="float32") == 366 << 20
+    assert kv_cache_bytes({"num_hidden_layers": 30}, context=134, seqs=32, dtype="float32") is None
+
+
+def test_sampler_sequences_is_the_largest_call_of_the_run():
+    recipe = Recipe.model_validate({**MINIMAL, "trainer": {"rollout_batch_size": 32}, "sampling": {"num_generations": 8},
+                                    "eval": {"k": [1, 4]}})
+    assert sampler_sequences(recipe, cap=256) == 32  # 4 prompts x 8, no evaluation
+    assert sampler_sequences(recipe, eval_rows=5, cap=256) == 32  # 5 x 4 = 20 < 32
+    assert sampler_sequences(recipe, eval_rows=100, cap=256) == 256  # 400, vLLM runs at most 256 at once
+    assert sampler_sequences(recipe, eval_rows=100, parts=4, cap=256) == 100  # 25 eval prompts x 4 a rank
+    assert sampler_sequences(recipe, parts=3, cap=256) == 11  # ceil(32 / 3)
+
+
+def test_cpu_kv_cache_is_sized_from_the_recipe_or_given(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(SMOLLM2_SHAPE))
+    recipe = Recipe.model_validate({**MINIMAL, "sampling": {"dtype": "float32"}})
+    assert recipe.sampling.cpu_kvcache_gib == "auto"
+    auto = cpu_kv_cache_bytes(recipe, str(tmp_path), context=134, seqs=32, on_cpu=True)
+    assert auto == kv_cache_bytes(SMOLLM2_SHAPE, context=134, seqs=32, dtype="float32")
+    assert cpu_kv_cache_bytes(recipe, str(tmp_path), context=134, seqs=32, on_cpu=False) is None  # GPU: memory fraction
+    assert cpu_kv_cache_bytes(recipe, str(tmp_path / "none"), context=134, seqs=32, on_cpu=True) == 2 << 30  # no shape
+    given = recipe.model_copy(update={"sampling": recipe.sampling.model_copy(update={"cpu_kvcache_gib": 0.5})})
+    assert cpu_kv_cache_bytes(given, str(tmp_path), context=134, seqs=32, on_cpu=True) == 1 << 29
+    for bad in (0, -1, "big"):
+        with pytest.raises(ValueError):
+            Recipe.model_validate({**MINIMAL, "sampling": {"cpu_kvcache_gib": bad}})
+
+
 def test_train_is_a_screen_long():
     import inspect
 

@@ -125,10 +125,11 @@ def test_two_ranks_share_one_sampler(tmp_path, tiny_model, test_plugin):
 
 def test_two_ranks_colocated_vllm_engines_sync_by_broadcast(tmp_path, tiny_model, test_plugin):
     """sampling.mode: colocate with two ranks: each rank's vLLM engine runs in a child process
-    and takes the weights by gloo broadcast (no files); its samples come from the new weights."""
+    and takes the weights by gloo broadcast (no files); its samples come from the new weights.
+    (Server mode's tests here take the default on CPU, shared buffers: both ways are tested.)"""
     recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm")
     metrics = train_two_ranks(recipe, tmp_path / "run", env, 29519, "sampling.cpu_kvcache_gib=1",
-                              "sampling.gpu_memory_utilization=0.1")
+                              "sampling.gpu_memory_utilization=0.1", "sampling.sync_transport=broadcast")
     assert_sampler_holds_trainer_weights(metrics)
 
 

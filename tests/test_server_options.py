@@ -109,7 +109,8 @@ def option(command: list[str], name: str) -> str:
 @pytest.mark.parametrize("on_cpu", [True, False], ids=["cpu", "gpu"])
 def test_server_command(on_cpu):
     command = server_command("/models/m", port=8123, max_model_len=1536, dtype="float16", seed=7,
-                             gpu_memory_utilization=0.45, on_cpu=on_cpu, host="0.0.0.0")
+                             gpu_memory_utilization=0.45, on_cpu=on_cpu, host="0.0.0.0",
+                             kv_cache_bytes=(300 << 20) if on_cpu else None)
     assert command[:3] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
     assert option(command, "--model") == "/models/m"
     assert option(command, "--served-model-name") == "policy"  # the name ServerSampler asks for
@@ -123,8 +124,9 @@ def test_server_command(on_cpu):
     assert ("--no-enable-chunked-prefill" in command) is on_cpu
     if on_cpu:
         assert option(command, "--max-num-batched-tokens") == "4096"  # max(context 1536, 4096)
+        assert option(command, "--kv-cache-memory-bytes") == str(300 << 20)
     else:
-        assert "--max-num-batched-tokens" not in command
+        assert "--max-num-batched-tokens" not in command and "--kv-cache-memory-bytes" not in command
     assert all(isinstance(part, str) for part in command)
 
 
@@ -148,11 +150,11 @@ def trainer_env(monkeypatch):
 
 @pytest.mark.parametrize("on_cpu", [True, False], ids=["cpu", "gpu"])
 def test_server_env_leaves_the_trainers_rendezvous_behind(trainer_env, on_cpu):
-    env = server_env(devices=[2, 3], on_cpu=on_cpu, cpu_kvcache_gib=5)
+    env = server_env(devices=[2, 3], on_cpu=on_cpu)
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "VLLM_ENABLE_V1_MULTIPROCESSING"):
         assert key not in env, key
         assert os.environ[key] == TRAINER_ENV[key]  # the trainer's own environment is untouched
-    assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "5"
+    assert env["VLLM_SERVER_DEV_MODE"] == "1"
     assert env["RLVR_TEST_KEEP"] == "yes"
     if on_cpu:  # devices are cores: the trainer's GPUs (if any) are not the sampler's business
         assert env["VLLM_CPU_OMP_THREADS_BIND"] == "2,3" and env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
@@ -163,7 +165,7 @@ def test_server_env_leaves_the_trainers_rendezvous_behind(trainer_env, on_cpu):
 @pytest.mark.parametrize("devices", [None, []])
 def test_server_env_without_devices_inherits_them(trainer_env, devices):
     for on_cpu in (True, False):
-        env = server_env(devices=devices, on_cpu=on_cpu, cpu_kvcache_gib=2)
+        env = server_env(devices=devices, on_cpu=on_cpu)
         assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3" and "VLLM_CPU_OMP_THREADS_BIND" not in env
         assert env["VLLM_SERVER_DEV_MODE"] == "1"
 
@@ -285,11 +287,14 @@ def printed(result) -> tuple[list[str], list[str], dict[str, str], list[str]]:
     return parts, unset, assigned, parts[i:]
 
 
-def expected_command(served_model, *, context: int, port: int = 8000, host: str = "127.0.0.1") -> list[str]:
+def expected_command(served_model, *, context: int, port: int = 8000, host: str = "127.0.0.1",
+                     kv_cache_bytes: int | None = 3 << 30) -> list[str]:
     import torch
 
+    on_cpu = not torch.cuda.is_available()
     return server_command(str(served_model), port=port, max_model_len=context, dtype="float32", seed=11,
-                          gpu_memory_utilization=0.4, on_cpu=not torch.cuda.is_available(), host=host)
+                          gpu_memory_utilization=0.4, on_cpu=on_cpu, host=host,
+                          kv_cache_bytes=kv_cache_bytes if on_cpu else None)  # sampling.cpu_kvcache_gib: 3
 
 
 def test_sampler_prints_the_command_training_would_run(sampler_recipe, served_model, monkeypatch):
@@ -299,7 +304,7 @@ def test_sampler_prints_the_command_training_would_run(sampler_recipe, served_mo
     train_longest = longest_prompt(sampler_recipe, "train")
     # no evaluation in this run: only the train prompts and sampling.max_tokens size the context
     assert command == expected_command(served_model, context=train_longest + 48)
-    assert assigned == {"VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": "3"}
+    assert assigned == {"VLLM_SERVER_DEV_MODE": "1"}
     assert {"RANK", "MASTER_PORT"} <= set(unset) and "PATH" not in unset
 
 
@@ -314,6 +319,27 @@ def test_sampler_sizes_the_context_from_the_eval_prompts_when_the_run_evaluates(
     result = rlvr("sampler", sampler_recipe, "--print-command", "--profile", "wide",
                   "--set", "sampling.server.port=9100")
     assert printed(result)[3] == expected_command(served_model, context=train_longest + 64, port=9100)
+
+
+def test_sampler_sizes_its_cpu_kv_cache_for_the_run_it_serves(sampler_recipe, served_model):
+    import torch
+
+    from rlvr.sampling.samplers import kv_cache_bytes
+
+    if torch.cuda.is_available():
+        pytest.skip("on GPUs vLLM sizes its cache from gpu_memory_utilization")
+    config = json.loads((served_model / "config.json").read_text())
+    train_longest, eval_longest = longest_prompt(sampler_recipe, "train"), longest_prompt(sampler_recipe, "eval")
+    result = rlvr("sampler", sampler_recipe, "--print-command", "--set", "sampling.cpu_kvcache_gib=auto")
+    # 16 sequences a step (rollout_batch_size), no evaluation, fp32
+    expected = kv_cache_bytes(config, context=train_longest + 48, seqs=16, dtype="float32")
+    assert option(printed(result)[3], "--kv-cache-memory-bytes") == str(expected)
+    assert expected <= 100 << 20  # against a fixed 2 GiB before: 16 short sequences of a 135M model
+    # evaluating too: the eval prompts (4 rows x k=1 < 16) lengthen the context, not the count
+    result = rlvr("sampler", sampler_recipe, "--print-command", "--set", "sampling.cpu_kvcache_gib=auto",
+                  "--set", "trainer.eval_at_end=true")
+    expected = kv_cache_bytes(config, context=eval_longest + 100, seqs=16, dtype="float32")
+    assert option(printed(result)[3], "--kv-cache-memory-bytes") == str(expected)
 
 
 def test_sampler_serves_the_model_named_by_model(sampler_recipe, served_model, tmp_path):
@@ -342,7 +368,7 @@ def test_the_printed_line_runs_in_a_shell_with_the_sampler_environment(sampler_r
                          check=True)
     env = json.loads(ran.stdout)
     assert "RANK" not in env and env["RLVR_TEST_KEEP"] == "yes"
-    assert env["VLLM_SERVER_DEV_MODE"] == "1" and env["VLLM_CPU_KVCACHE_SPACE"] == "3"
+    assert env["VLLM_SERVER_DEV_MODE"] == "1"
 
 
 SECRET = "a-secret-of-the-run-0123456789"

@@ -254,6 +254,99 @@ def test_broadcaster_sends_every_bucket_to_every_worker_of_every_sampler():
     assert infos[0]["master_port"] == infos[1]["master_port"] and infos[0]["timeout_s"] == 20.0
 
 
+# ---- shared buffers: the samplers on this host's CPU map the sender's buckets ---------------------
+
+MAPPER = textwrap.dedent("""
+    import json, sys, torch
+    from rlvr.sampling.weight_sync import SHARED_PATH, TensorMeta, map_shared, unpack
+
+    mapped, received = {}, {}
+    for line in sys.stdin:  # one update_info a line, as the worker engine gets it; "done" at the end
+        if line.strip() == "done":
+            break
+        info = json.loads(line)
+        assert SHARED_PATH.fullmatch(info["shared_path"]), info["shared_path"]
+        path = info["shared_path"]
+        if path not in mapped or mapped[path].numel() < info["shared_bytes"]:
+            mapped[path] = map_shared(path, info["shared_bytes"])
+        metas = [TensorMeta(n, d, tuple(s)) for n, d, s in zip(info["names"], info["dtype_names"], info["shapes"])]
+        received.update({n: t.clone() for n, t in unpack(mapped[path], metas)})
+        print(len(mapped), flush=True)  # the update returns once the bucket is loaded
+    torch.save(received, sys.argv[1])
+""")
+
+
+class ProcessSampler:
+    """A ``SyncClient`` whose one worker is another process (``MAPPER``): it maps the sender's
+    shared buffers by the path each update names, as ``RlvrWeightTransferEngine`` does."""
+
+    def __init__(self, out):
+        self.out, self.inits, self.mapped = out, [], []
+        self.proc = subprocess.Popen([sys.executable, "-c", MAPPER, str(out)], cwd=ROOT, text=True,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+    def init_weight_transfer_engine(self, init_info):
+        self.inits.append(init_info)
+
+    def start_weight_update(self):
+        pass
+
+    def update_weights(self, update_info):
+        self.proc.stdin.write(json.dumps(update_info) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        assert line, self.proc.stderr.read()[-2000:]
+        self.mapped.append(int(line))
+
+    def finish_weight_update(self, weight_version=None):
+        pass
+
+    def received(self) -> dict:
+        self.proc.stdin.write("done\n")
+        self.proc.stdin.close()
+        assert self.proc.wait(60) == 0, self.proc.stderr.read()[-2000:]
+        return torch.load(self.out)
+
+
+def test_shared_buffers_reach_another_process_bit_exact_and_grow_for_a_large_tensor(tmp_path):
+    weights = mixed_weights(seed=3)
+    big = ("big", torch.arange(300, dtype=torch.float32))  # 1,200 bytes: over the 256-byte bucket, alone
+    weights = [*weights[:2], big, *weights[2:]]
+    expected = list(buckets(weights, 256))
+    assert len(expected) > 3
+    samplers = [ProcessSampler(tmp_path / "a.pt"), ProcessSampler(tmp_path / "b.pt")]
+    sender = Broadcaster(samplers, [1, 1], bucket_bytes=256, transport="shared")
+    try:
+        figures = sender.send(w for w in weights)
+        assert figures["sync_buckets"] == len(expected)
+        for s in samplers:
+            assert [i["transport"] for i in s.inits] == ["shared"]  # no group, no rendezvous
+            got = s.received()
+            assert list(got) == [n for n, _ in weights]
+            for name, original in weights:
+                assert same_bits(original, got[name]), name
+            # two buffers in turn; the one the large tensor went through grew in place (same path)
+            assert max(s.mapped) == 2
+        assert sender.shared.sizes[0] != sender.shared.sizes[1] and max(sender.shared.sizes) >= 1200
+    finally:
+        sender.close()
+        for s in samplers:
+            s.proc.kill()
+    assert sender.shared is None
+
+
+def test_shared_transport_is_chosen_only_for_samplers_on_this_hosts_cpu():
+    from rlvr import RlvrError
+    from rlvr.sampling.samplers import sync_transport
+
+    assert sync_transport("auto", on_cpu=True, local=True) == "shared"
+    assert sync_transport("auto", on_cpu=True, local=False) == "broadcast"
+    assert sync_transport("auto", on_cpu=False, local=True) == "broadcast"  # GPUs: NCCL
+    assert sync_transport("broadcast", on_cpu=True, local=True) == "broadcast"
+    with pytest.raises(RlvrError, match="sync_transport"):
+        sync_transport("shared", on_cpu=True, local=False)
+
+
 @pytest.mark.slow  # spawns processes, waits out deadlines
 @pytest.mark.parametrize("join, receive", [(False, False), (True, False)], ids=["never-joins", "never-receives"])
 def test_a_sampler_that_does_not_take_part_fails_the_send_at_the_deadline(join, receive):

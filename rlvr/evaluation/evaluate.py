@@ -155,7 +155,7 @@ def _load_and_evaluate(recipe: Recipe, registry: Registry, keep_samples: bool) -
     # an in-process vLLM engine creates the default process group: it goes however we leave
     with process_group_scope():
         sampler = make_sampler(recipe, model_path, longest_prompt=eval_set.longest, max_new_tokens=new_tokens,
-                               seed=0, get_model=lambda: model, tokenizer=tokenizer)
+                               seed=0, eval_rows=len(eval_set.rows), get_model=lambda: model, tokenizer=tokenizer)
         try:
             rewards = bind_rewards(recipe.rewards, registry, conversational=recipe.eval_prompt.chat_template)
             result, per_prompt = evaluate_with(recipe, rewards, sampler, eval_set, keep_samples=keep_samples,

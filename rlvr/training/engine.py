@@ -157,11 +157,11 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
             require_vllm()
             sampler = connect_samplers(recipe, model_path, max_model_len=context_length(
                 longest, new_tokens, model_max_len(model_path)), seed=t.seed, rank=rank, world=world,
-                output_dir=output_dir, on_cpu=not cuda)
+                output_dir=output_dir, on_cpu=not cuda, eval_rows=len(eval_set.rows) if eval_set else 0)
         else:
             sampler = make_sampler(
                 recipe, model_path, longest_prompt=longest, max_new_tokens=new_tokens, seed=t.seed + rank,
-                world=world, get_model=lambda: backend.module, tokenizer=tokenizer, synced=zero3 and world > 1)
+                world=world, eval_rows=len(eval_set.rows) if eval_set else 0, get_model=lambda: backend.module, tokenizer=tokenizer, synced=zero3 and world > 1)
         # vLLM's shutdown may tear down the default process group: nothing collective after it
         closing.callback(sampler.close)
         state, position = TrainState(), 0
