@@ -12,11 +12,13 @@ each batch, and the same loss: the sequence-level REINFORCE loss TRL's RLOO uses
 
 - ``rlvr``: colocated and synchronous (``sampling.mode: colocate``, ``max_staleness: 0``):
   vLLM inside the trainer's process; sample, train, sync the weights, in turn;
-- ``rlvr-bf16``: ``rlvr`` with the sampler in bfloat16, which is what rlvr's default
-  (``sampling.dtype: auto``) picks on CPUs with bf16 instructions and on GPUs; the trainer stays
-  fp32, so ``algorithm.is_correction.mode: auto`` weighs the loss by truncated importance weights
-  against the sampler's log-probs. Run only on CPUs with bf16 instructions (elsewhere auto picks
-  fp32, which is the ``rlvr`` side, and vLLM's bf16 is several times slower), unless named by ``--only``;
+- ``rlvr-bf16``: ``rlvr`` computing in bfloat16, which is what rlvr's defaults
+  (``sampling.dtype`` and ``model.dtype`` ``auto``) pick on CPUs with bf16 instructions: the
+  sampler in bfloat16, the trainer's forward and backward under bfloat16 autocast over float32
+  weights and optimizer (the output head of the log-probs stays float32). Sampler and trainer then compute in the same
+  dtype, so ``algorithm.is_correction.mode: auto`` adds no importance weights (the mismatch is
+  still measured). Run only on CPUs with bf16 instructions (elsewhere vLLM's bf16 is several
+  times slower and autocast gains nothing), unless named by ``--only``;
 - ``rlvr-server``: the same recipe as ``rlvr`` plus ``sampling.mode: server`` and
   ``sampling.max_staleness: 1``: vLLM's OpenAI server in a process of its own (the trainer
   starts it), drawing step s + 1 on the weights of step s while the trainer trains step s;
@@ -210,7 +212,7 @@ def rlvr_recipe(a: argparse.Namespace, side: str) -> dict[str, Any]:
         "data": {"train_split": "train", "eval_split": "test", "seed": a.seed},
         "prompt": {"system": SYSTEM, "template": TEMPLATE},
         "rewards": {"math": {"weight": 1.0, "options": {"extract": EXTRACT}}},
-        "model": {"name": MODEL, "dtype": "float32"},
+        "model": {"name": MODEL, "dtype": "bfloat16" if side == "rlvr-bf16" else "float32"},
         "sampling": sampling,
         "trainer": {
             "steps": a.steps, "rollout_batch_size": a.prompts * a.k, "micro_batch_size": a.micro,

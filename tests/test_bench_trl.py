@@ -44,14 +44,19 @@ def test_server_recipe_is_the_rlvr_recipe_plus_server_sampling(bench):
         {k: v for k, v in plain.items() if k not in ("sampling", "description")}
 
 
-def test_bf16_side_is_the_rlvr_recipe_with_the_sampler_in_bfloat16_and_importance_sampling(bench):
+def test_bf16_side_is_the_rlvr_recipe_computing_in_bfloat16(bench):
     plain, bf16 = bench.rlvr_recipe(args(), "rlvr"), bench.rlvr_recipe(args(), "rlvr-bf16")
     changed = {k: v for k, v in bf16["sampling"].items() if plain["sampling"].get(k) != v}
     assert changed == {"dtype": "bfloat16"} and plain["sampling"]["dtype"] == "float32"
+    assert (plain["model"]["dtype"], bf16["model"]["dtype"]) == ("float32", "bfloat16")
+    assert {k: v for k, v in bf16.items() if k not in ("sampling", "model", "description")} == \
+        {k: v for k, v in plain.items() if k not in ("sampling", "model", "description")}
     from rlvr.training.engine import _importance_sampling
+    from rlvr.training.policy import cpu_autocast
 
-    # the trainer is fp32 on CPU: auto corrects the bf16 sampler's samples, not the fp32 one's
-    assert _importance_sampling(Recipe.model_validate(bf16), cuda=False)[0] == "tis"
+    assert cpu_autocast(Recipe.model_validate(bf16).model.dtype, cuda=False, bf16_supported=False)
+    # sampler and trainer in the same dtype: auto adds no weights on either side
+    assert _importance_sampling(Recipe.model_validate(bf16), cuda=False)[0] == "none"
     assert _importance_sampling(Recipe.model_validate(plain), cuda=False)[0] == "none"
 
 

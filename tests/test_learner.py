@@ -319,3 +319,40 @@ def test_deepspeed_update_is_the_same_with_skipping_on_two_ranks(tmp_path, zero)
     for with_all, skipped in zip(results["all"], results["skip"]):
         for a, b in zip(with_all[2:], skipped[2:]):
             assert float(b) == pytest.approx(float(a), rel=1e-6), (with_all, skipped)
+
+
+def test_cpu_autocast_computes_in_bfloat16_keeps_float32_weights_and_a_float32_head():
+    """model.dtype: bfloat16 on CPU (auto, where the CPU has bf16 instructions): the forward/backward under bf16 autocast, weights, gradients
+    and the chunked output head in float32. The gradient is the float32 one up to bfloat16's
+    rounding, not equal to it; the log-probs too."""
+    from rlvr.training.policy import cpu_autocast
+
+    # bfloat16 on CPU, or auto on a CPU with bf16 instructions; never float32, never on a GPU
+    assert cpu_autocast("bfloat16", cuda=False, bf16_supported=False)
+    assert cpu_autocast("auto", cuda=False, bf16_supported=True)
+    assert not cpu_autocast("auto", cuda=False, bf16_supported=False)
+    assert not cpu_autocast("float32", cuda=False, bf16_supported=True)
+    assert not cpu_autocast("bfloat16", cuda=True, bf16_supported=True)
+
+    def update(autocast: bool):
+        policy, _ = ref.tiny_models()
+        backend = SGDBackend(policy)
+        learner = Learner(backend, AlgorithmConfig(), micro_batch_size=2, temperature=1.0, pad_id=ref.PAD,
+                          device=torch.device("cpu"), share_prompts=True, cpu_autocast=autocast)
+        rollout = skip_rollout()
+        with torch.no_grad():
+            logp, mask, _ = learner.logprobs(policy, rollout.prompt_ids[:2], [c.token_ids for c in rollout.completions[:2]])
+        assert learner._head_makes_logits[id(policy)]  # the head check held under autocast: no fallback
+        learner.update(rollout, lr=ref.SGD_LR)
+        return logp, mask, backend.records[0][1], policy
+
+    logp32, mask, grads32, _ = update(False)
+    logp16, _, grads16, policy = update(True)
+    assert logp16.dtype == torch.float32 and all(p.dtype == torch.float32 for p in policy.parameters())
+    gap = ((logp16 - logp32) * mask).abs().max().item()
+    assert 0 < gap < 0.05, gap  # rounded, not equal
+    flat32 = torch.cat([g.flatten() for g in grads32.values()])
+    flat16 = torch.cat([grads16[n].flatten() for n in grads32])
+    assert flat16.dtype == torch.float32 and not torch.equal(flat16, flat32)
+    cosine = torch.nn.functional.cosine_similarity(flat16, flat32, dim=0).item()
+    assert cosine > 0.99, cosine

@@ -51,7 +51,7 @@ from rlvr.sampling.samplers import context_length, make_sampler, model_max_len, 
 from rlvr.sampling.server import connect_samplers, run_evaluates, run_lengths
 from rlvr.training.checkpoint import TrainState, check_output_dir, load_checkpoint, save_checkpoint, save_final
 from rlvr.training.learner import Learner, is_correction_mode
-from rlvr.training.policy import build_policy, lr_multiplier, sync_weights, trainer_dtype
+from rlvr.training.policy import bf16_hardware, build_policy, cpu_autocast, lr_multiplier, sync_weights, trainer_dtype
 from rlvr.training.pool import prompt_source
 from rlvr.training.rollout import Pipeline, RolloutProducer
 
@@ -273,6 +273,7 @@ def _learner(recipe: Recipe, backend, *, ref_model, is_mode: str, pad_id: int, d
                    temperature=recipe.sampling.temperature, pad_id=pad_id, device=device, ref_model=ref_model,
                    is_mode=is_mode, skip_zero_advantage=t.skip_zero_advantage,
                    logprob_chunk_tokens=t.logprob_chunk_tokens,
+                   cpu_autocast=cpu_autocast(recipe.model.dtype, device.type == "cuda", bf16_hardware(device.type == "cuda")),
                    micro_batch_overhead=MICRO_BATCH_OVERHEAD.get(device.type, 512) if overhead is None else overhead,
                    # transformers drops the key/value cache that prompt sharing needs under checkpointing
                    share_prompts=t.share_prompts and not recipe.model.gradient_checkpointing)
@@ -281,12 +282,12 @@ def _learner(recipe: Recipe, backend, *, ref_model, is_mode: str, pad_id: int, d
 def _importance_sampling(recipe: Recipe, cuda: bool) -> tuple[str, bool]:
     """(correction mode, whether to ask the sampler for log-probs). The HF sampler is the
     trainer's own module; vLLM's log-probs cost nothing extra, so they are always taken there and
-    the sampler-trainer mismatch is measured whatever the mode."""
-    import torch
-
+    the sampler-trainer mismatch is measured whatever the mode. The HF sampler generates with the
+    module's weights: bfloat16 ones under DeepSpeed's bf16 on a GPU, float32 on CPU (where a
+    bfloat16 trainer is autocast over them)."""
     s = recipe.sampling
-    trainer = trainer_dtype(recipe.model.dtype, cuda, cuda and torch.cuda.is_bf16_supported())
-    sampler = trainer if s.backend == "hf" else sampler_dtype(s.dtype, on_cpu=not cuda)
+    trainer = trainer_dtype(recipe.model.dtype, cuda, bf16_hardware(cuda))
+    sampler = (trainer if cuda else "float32") if s.backend == "hf" else sampler_dtype(s.dtype, on_cpu=not cuda)
     mode = is_correction_mode(recipe.algorithm.is_correction.mode, sampler_dtype=sampler, trainer_dtype=trainer,
                               max_staleness=s.max_staleness)
     return mode, mode != "none" or s.backend == "vllm"

@@ -12,6 +12,7 @@ micro-batches.
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 from typing import Any, Callable, Protocol, Sequence
 
 import torch
@@ -100,7 +101,8 @@ def sequence_weights(keep: Sequence[bool], truncated: Sequence[bool], mask_trunc
 class Learner:
     def __init__(self, backend: Backend, algorithm, *, micro_batch_size: int, temperature: float, pad_id: int,
                  device, share_prompts: bool, ref_model: torch.nn.Module | None = None, is_mode: str = "none",
-                 skip_zero_advantage: bool = True, logprob_chunk_tokens: int = 256, micro_batch_overhead: int = 0):
+                 skip_zero_advantage: bool = True, logprob_chunk_tokens: int = 256, micro_batch_overhead: int = 0,
+                 cpu_autocast: bool = False):
         """``ref_model`` None with ``algorithm.kl.beta > 0`` means the reference is the policy with
         its LoRA adapters disabled. ``is_mode`` (none, tis, mis) weights the loss against the
         sampler's log-probs; when completions carry them, the mismatch is measured in any mode.
@@ -108,34 +110,44 @@ class Learner:
         ``logprob_chunk_tokens``: log-probs from the final hidden states through the output head
         that many tokens at a time, never the batch's full-vocabulary logits (0: the model's logits).
         ``micro_batch_overhead``: what one more micro-batch costs, in tokens through the model;
-        above 0, micro-batches are cut where that saves more padding (``plan_micro_batches``)."""
+        above 0, micro-batches are cut where that saves more padding (``plan_micro_batches``).
+        ``cpu_autocast``: the model's forward (and so its backward) in bfloat16 under
+        ``torch.autocast`` on CPU, weights and optimizer in float32; the output head of the
+        chunked log-probs stays float32, so log-probs are not rounded to bfloat16's 8 bits."""
         self.backend, self.algo, self.micro = backend, algorithm, micro_batch_size
         self.temperature, self.pad_id, self.device = temperature, pad_id, device
         self.share_prompts, self.ref_model, self.is_mode = share_prompts, ref_model, is_mode
         self.skip_zero_advantage = skip_zero_advantage
         self.chunk_tokens, self.overhead = logprob_chunk_tokens, micro_batch_overhead
         self._head_makes_logits: dict[int, bool] = {}
+        self.cpu_autocast = cpu_autocast
+
+    def _autocast(self):
+        return torch.autocast("cpu", dtype=torch.bfloat16) if self.cpu_autocast else nullcontext()
 
     def logprobs(self, module, prompts, completions, want_entropy: bool = False):
         """Per-token log-probs [B, C] at the sampling temperature, the completion mask, and
         (when asked) the entropy per position."""
         if self.chunk_tokens and self._head_makes_logits.get(id(module), True):
-            hidden, targets, mask, (h_last, logits_last) = completion_hidden(
-                module, prompts, completions, pad_id=self.pad_id, device=self.device, share_prompts=self.share_prompts)
+            with self._autocast():
+                hidden, targets, mask, (h_last, logits_last) = completion_hidden(
+                    module, prompts, completions, pad_id=self.pad_id, device=self.device,
+                    share_prompts=self.share_prompts)
             head = output_head(module)
             if id(module) not in self._head_makes_logits:  # once per model: its head alone makes its logits
-                with torch.no_grad():
+                with torch.no_grad(), self._autocast():  # as the model computed them
                     same = torch.allclose(head(h_last).float(), logits_last.float(), rtol=1e-3, atol=1e-3)
                 self._head_makes_logits[id(module)] = same
                 if not same:
                     log.warning("the model's logits are not its output head's alone (soft-capping or scaling?): "
                                 "log-probs come from its full logits")
                     return self.logprobs(module, prompts, completions, want_entropy)
-            logp, entropy = head_logprobs(hidden, head, targets, mask, temperature=self.temperature,
+            logp, entropy = head_logprobs(hidden.float(), head, targets, mask, temperature=self.temperature,
                                           want_entropy=want_entropy, chunk_tokens=self.chunk_tokens)
             return logp, mask.float(), entropy
-        logits, targets, mask = completion_logits(module, prompts, completions, pad_id=self.pad_id,
-                                                  device=self.device, share_prompts=self.share_prompts)
+        with self._autocast():
+            logits, targets, mask = completion_logits(module, prompts, completions, pad_id=self.pad_id,
+                                                      device=self.device, share_prompts=self.share_prompts)
         if self.temperature != 1.0:
             logits = logits / self.temperature
         logp, entropy = token_logprobs_and_entropy(logits, targets, want_entropy)
