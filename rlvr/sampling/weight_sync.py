@@ -475,14 +475,13 @@ class Broadcaster:
         try:
             loading: list = []
             for part in buckets(weights, self.bucket_bytes):
-                metas = metas_of(part)
-                view, path = self.shared.next(bucket_size(metas))
-                pack(part, out=view)
+                view, path = self.shared.next(bucket_size(metas_of(part)))
+                buffer, metas = pack(part, out=view)
                 for f in loading:  # the buffer before this one is free again once they return
                     f.result()
                 info = {**_update_info(metas), "shared_path": path, "shared_bytes": view.numel()}
                 loading = [pool.submit(c.update_weights, info) for c in self.clients]
-                sent, count = sent + bucket_size(metas), count + 1
+                sent, count = sent + buffer.numel(), count + 1
             for f in loading:
                 f.result()
         finally:

@@ -153,15 +153,17 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
         zero3, lora = zero_stage == 3, bool(recipe.model.lora)
         bucket = s.sync_bucket_mb << 20  # weights gathered (ZeRO-3) and broadcast this much at a time
         longest, new_tokens = run_lengths(recipe, train_set, eval_set)
+        eval_rows = len(eval_set.rows) if eval_set else 0  # the sampler's KV cache holds them (CPU)
         if s.mode == "server" and s.backend == "vllm":
             require_vllm()
             sampler = connect_samplers(recipe, model_path, max_model_len=context_length(
                 longest, new_tokens, model_max_len(model_path)), seed=t.seed, rank=rank, world=world,
-                output_dir=output_dir, on_cpu=not cuda, eval_rows=len(eval_set.rows) if eval_set else 0)
+                output_dir=output_dir, on_cpu=not cuda, eval_rows=eval_rows)
         else:
             sampler = make_sampler(
                 recipe, model_path, longest_prompt=longest, max_new_tokens=new_tokens, seed=t.seed + rank,
-                world=world, eval_rows=len(eval_set.rows) if eval_set else 0, get_model=lambda: backend.module, tokenizer=tokenizer, synced=zero3 and world > 1)
+                world=world, eval_rows=eval_rows, get_model=lambda: backend.module, tokenizer=tokenizer,
+                synced=zero3 and world > 1)
         # vLLM's shutdown may tear down the default process group: nothing collective after it
         closing.callback(sampler.close)
         state, position = TrainState(), 0
@@ -286,7 +288,7 @@ def _importance_sampling(recipe: Recipe, cuda: bool) -> tuple[str, bool]:
     module's weights: bfloat16 ones under DeepSpeed's bf16 on a GPU, float32 on CPU (where a
     bfloat16 trainer is autocast over them)."""
     s = recipe.sampling
-    trainer = trainer_dtype(recipe.model.dtype, cuda, bf16_hardware(cuda))
+    trainer = trainer_dtype(recipe.model.dtype, bf16_hardware(cuda))
     sampler = (trainer if cuda else "float32") if s.backend == "hf" else sampler_dtype(s.dtype, on_cpu=not cuda)
     mode = is_correction_mode(recipe.algorithm.is_correction.mode, sampler_dtype=sampler, trainer_dtype=trainer,
                               max_staleness=s.max_staleness)

@@ -122,7 +122,7 @@ def bf16_hardware(cuda: bool) -> bool:
     return cpu_has_bf16()
 
 
-def trainer_dtype(model_dtype: str, cuda: bool, bf16_supported: bool) -> str:
+def trainer_dtype(model_dtype: str, bf16_supported: bool) -> str:
     """The dtype the policy computes in: a recipe's ``model.dtype`` ("auto": bfloat16 where the
     GPU or CPU has it (``bf16_hardware``), else float32; weights and optimizer state stay float32
     either way). On CPU, bfloat16 is ``torch.autocast`` over float32 weights (``cpu_autocast``)."""
@@ -136,7 +136,7 @@ def cpu_autocast(model_dtype: str, cuda: bool, bf16_supported: bool) -> bool:
     ``model.dtype: bfloat16``, or ``auto`` on a CPU with bf16 instructions. Measured on a 2-core
     CPU with AVX512-BF16 (SmolLM2-135M, 16 x 80 tokens, forward + backward): 2.5 s against 4.0 s
     in float32."""
-    return not cuda and trainer_dtype(model_dtype, cuda, bf16_supported) == "bfloat16"
+    return not cuda and trainer_dtype(model_dtype, bf16_supported) == "bfloat16"
 
 
 def build_policy(recipe, model_path: str, *, world: int, device, cuda: bool):
@@ -146,7 +146,7 @@ def build_policy(recipe, model_path: str, *, world: int, device, cuda: bool):
     from transformers import AutoModelForCausalLM
 
     t, kl = recipe.trainer, recipe.algorithm.kl
-    dtype = trainer_dtype(recipe.model.dtype, cuda, bf16_hardware(cuda))
+    dtype = trainer_dtype(recipe.model.dtype, bf16_hardware(cuda))
     # on CPU bfloat16 is autocast over float32 weights (cpu_autocast), not DeepSpeed's bf16 mode
     bf16, fp16 = dtype == "bfloat16" and cuda, dtype == "float16"
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
