@@ -108,16 +108,17 @@ def test_rows_without_ids_are_matched_by_index(tmp_path, rows):
         select_rows(recipe, rows[:10])
 
 
+class Tokenizer:  # characters as token ids: enough to render prompts
+    chat_template = None
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [ord(c) for c in text]}
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(map(chr, ids))
+
+
 def test_the_train_set_loads_only_the_selected_rows(tmp_path, rows, registry):
-    class Tokenizer:  # characters as token ids: enough to render prompts
-        chat_template = None
-
-        def __call__(self, text, add_special_tokens=True):
-            return {"input_ids": [ord(c) for c in text]}
-
-        def decode(self, ids, skip_special_tokens=False):
-            return "".join(map(chr, ids))
-
     recipe = pooled(tmp_path, rows, ", max_prompt_tokens: 15")
     longest = max(len(rows[i]["question"]) for i in (1, 3, 5, 7, 8, 11))
     recipe.data.max_prompt_tokens = longest - 1  # the longest selected prompts are dropped after selection
@@ -127,6 +128,28 @@ def test_the_train_set_loads_only_the_selected_rows(tmp_path, rows, registry):
     assert train.dropped == 6 - len(expected) > 0
     test = load_prompt_set(recipe, registry, Tokenizer(), split="eval")  # the eval split is never filtered
     assert test.dropped + len(test.rows) == 12 and test.positions == sorted(test.positions)
+
+
+def test_a_question_shown_as_a_worked_example_is_neither_trained_nor_evaluated(tmp_path, rows, registry):
+    # the shot's answer is in the prompt: RL on that row learns to copy it into every answer
+    shot = "  " + rows[3]["question"].replace(" ", "  ") + "\n"  # the same words, other spacing
+    extra = f"data: {{pool_file: {write_pool(tmp_path / 'pool.jsonl', rows)}}}\n"
+    recipe = load_recipe_text(tmp_path, extra, [f"prompt.shots=[{{user: {json.dumps(shot)}, assistant: '#### 1'}}]"])
+    train = load_prompt_set(recipe, registry, Tokenizer(), split="train")
+    assert train.positions == [1, 5, 7, 8, 11] and [r["id"] for r in train.rows] == [rows[i]["id"] for i in (1, 5, 7, 8, 11)]
+    assert all(rows[3]["question"] not in p.text.split("#### 1")[-1] for p in train.prompts)
+    recipe.data.pool_file = None
+    every = load_prompt_set(recipe, registry, Tokenizer(), split="train")
+    assert every.positions == [i for i in range(12) if i != 3] and len(every.rows) == 11
+    recipe.prompt.shots = []  # without the shot, the row is back
+    assert load_prompt_set(recipe, registry, Tokenizer(), split="train").positions == list(range(12))
+    test_rows = load_rows(registry, TaskRef(name="arithmetic", options={"size": 12}), "test")
+    only = load_recipe_text(tmp_path, "", [f"prompt.shots=[{{user: {json.dumps(test_rows[0]['question'])}, assistant: x}}]"])
+    test = load_prompt_set(only, registry, Tokenizer(), split="eval")
+    assert len(test.rows) == len(test_rows) - 1 and test_rows[0]["id"] not in [r["id"] for r in test.rows]
+    lone = load_recipe_text(tmp_path, "", ["data.train_limit=1", f"prompt.shots=[{{user: {json.dumps(rows[0]['question'])}, assistant: x}}]"])
+    with pytest.raises(RlvrError, match="every prompt is one of prompt.shots"):
+        load_prompt_set(lone, registry, Tokenizer(), split="train")
 
 
 BAD_FILES = {

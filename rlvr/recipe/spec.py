@@ -92,6 +92,7 @@ class PromptConfig(Strict):
     gold_in_prompt: list[str] = Field(default_factory=list)
     # Worked examples shown before the question, as earlier chat turns (few-shot): literal text,
     # no {{column}} fields. Without a chat template: "user\n\nassistant\n\n" each, after the system text.
+    # Train and eval rows whose rendered question is a shot's are left out (rlvr.sampling.prompts).
     shots: list[Shot] = Field(default_factory=list)
 
 

@@ -91,6 +91,21 @@ def fit_prompts(rows: Sequence[dict], prompts: Sequence[Prompt], max_tokens: int
     return PromptSet(kept_rows, kept, len(rows) - len(kept), kept_positions)
 
 
+def _words(text: str) -> str:
+    return " ".join(text.split())
+
+
+def drop_shot_rows(prompt_cfg, rows: Sequence[dict], positions: Sequence[int]) -> tuple[list[dict], list[int]]:
+    """The rows (and their places) whose question is not one of the recipe's worked examples
+    (``prompt.shots``): a shot's question, trained on or evaluated, carries its own answer in the
+    prompt, and RL learns to copy it. Questions are compared as rendered, whitespace aside."""
+    shown = {_words(shot.user) for shot in getattr(prompt_cfg, "shots", ())}
+    if not shown:
+        return list(rows), list(positions)
+    keep = [i for i, row in enumerate(rows) if _words(render(prompt_cfg.template, row)) not in shown]
+    return [rows[i] for i in keep], [positions[i] for i in keep]
+
+
 def load_prompt_set(recipe, registry, tokenizer, *, split: str) -> PromptSet:
     """The train (``split="train"``) or evaluation rows of a recipe with their rendered prompts,
     after ``data.pool_file`` (train rows only) and ``data.max_prompt_tokens``."""
@@ -108,6 +123,14 @@ def load_prompt_set(recipe, registry, tokenizer, *, split: str) -> PromptSet:
         logging.getLogger("rlvr.sampling.prompts").info(
             f"data.pool_file: training on {len(positions)} of {len(rows)} prompts ({recipe.data.pool_file})")
         rows = [rows[i] for i in positions]
+    kept, positions = drop_shot_rows(prompt, rows, range(len(rows)) if positions is None else positions)
+    if len(kept) < len(rows):
+        logging.getLogger("rlvr.sampling.prompts").info(
+            f"{split}: left out {len(rows) - len(kept)} of {len(rows)} prompts whose question is one of "
+            "prompt.shots (its answer is in the prompt)")
+        if not kept:
+            raise RlvrError(f"task {ref.name!r} split {name!r}: every prompt is one of prompt.shots")
+    rows = kept
     return fit_prompts(rows, render_all(tokenizer, prompt, rows), recipe.data.max_prompt_tokens,
                        recipe.data.overlong_prompts, f"task {ref.name!r} split {name!r}", positions)
 
