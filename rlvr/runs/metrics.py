@@ -124,6 +124,8 @@ def step_row(step: int, s: Mapping[str, float], *, world: int, reward_names: Ite
         "trainer_padded_frac": 1.0 - _ratio(s.get("real_tokens", 0.0), s.get("forward_tokens", 0.0), 1.0),
         # 1 when KL is in the loss: every sequence carries gradient, nothing can be skipped.
         "skip_blocked_by_kl": int(s.get("skip_blocked_by_kl", 0.0) > 0),
+        # 0 when no rank had a sequence with gradient (nothing is forwarded, the weights stay).
+        "optimizer_steps": int(s.get("optimizer_steps", 0.0) / world),
         **{f"time_{name}": value for name, value in times.items()},
         "tokens_per_s": _ratio(s["len_sum"], times.get("generate", 0.0)),
         "sampling_rounds": s["rounds"] / world,
