@@ -324,7 +324,9 @@ with process_group_scope():
     rank = torch.distributed.get_rank()
     policy, _ = ref.tiny_models()
     trainer = TrainerConfig(rollout_batch_size=16, micro_batch_size=2, zero_stage=zero)
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-2)
+    # eps 1e-4: a gradient entry that is 0 but for rounding (|g| ~ 1e-9, summed in another order
+    # with skipping) moves by g/eps * lr, not by a whole lr of its sign as at eps 1e-8
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-2, eps=1e-4)
     engine, *_ = deepspeed.initialize(model=policy, model_parameters=policy.parameters(), optimizer=optimizer,
                                       config=deepspeed_config(trainer, world=2, zero_stage=zero, bf16=False, fp16=False))
     backend = DeepSpeedBackend(engine, world=2, own_grad_norm=zero == 0)
