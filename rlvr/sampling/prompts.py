@@ -99,7 +99,7 @@ def drop_shot_rows(prompt_cfg, rows: Sequence[dict], positions: Sequence[int]) -
     """The rows (and their places) whose question is not one of the recipe's worked examples
     (``prompt.shots``): a shot's question, trained on or evaluated, carries its own answer in the
     prompt, and RL learns to copy it. Questions are compared as rendered, whitespace aside."""
-    shown = {_words(shot.user) for shot in getattr(prompt_cfg, "shots", ())}
+    shown = {_words(shot.user) for shot in prompt_cfg.shots}
     if not shown:
         return list(rows), list(positions)
     keep = [i for i, row in enumerate(rows) if _words(render(prompt_cfg.template, row)) not in shown]

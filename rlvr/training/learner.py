@@ -249,19 +249,12 @@ class Learner:
         norm = reduce_sums({"tokens": sum(l * w for l, w in zip(rollout.policy_lengths, weights)),
                             "seqs": sum(weights), "micro_batches_max": float(max(1, len(plan))),
                             "trained_seqs": float(len(trained))})
-        if skip and norm["trained_seqs"] == 0:
-            # No rank has a sequence with gradient: no forward and no optimizer step. AdamW on a
-            # zero gradient is not a no-op: its momentum replays the last update (2/3 of its size
-            # the next step, then 1/2, ...) and weight decay shrinks the weights, with no new evidence.
-            return {**dict.fromkeys(("loss", "kl", "entropy", "clip_low", "clip_high", "tokens", "grad_norm",
-                                     "forward_tokens", "real_tokens"), 0.0),
-                    "kl": float(sum(kl_seq)) if kl_in_reward else 0.0, "optimizer_steps": 0.0,
-                    "groups": groups.groups, "zero_variance": groups.zero_variance,
-                    "too_few_scorable": groups.too_few_scorable, "unscorable": groups.unscorable,
-                    "skipped_seqs": float(n), "skip_blocked_by_kl": 0.0}
+        # No rank has a sequence with gradient: no forward and no optimizer step. AdamW on a zero
+        # gradient is not a no-op: its momentum replays the last update (docs/training.md).
+        epochs = 0 if skip and norm["trained_seqs"] == 0 else algo.ppo_epochs
         skipped = sorted(set(range(n)) - set(trained))
         counted_batches = len(plan)  # the micro-batches after these are null ones
-        missing = int(norm["micro_batches_max"]) - counted_batches
+        missing = int(norm["micro_batches_max"]) - counted_batches if epochs else 0
         assert skipped or not missing, "a rank that trains every sequence has the most micro-batches"
         plan += [skipped[:1]] * missing
         if need_old or kl_in_loss:
@@ -276,7 +269,7 @@ class Learner:
         is_weights: list[torch.Tensor] = []
         self.backend.set_lr(lr)
         grad_norm = 0.0
-        for epoch in range(algo.ppo_epochs):
+        for epoch in range(epochs):
             first = epoch == 0
             for j, idx in enumerate(plan):
                 counted = j < counted_batches
@@ -315,7 +308,7 @@ class Learner:
                     stats["clip_high"] += float((c_high.float() * mask).sum())
             grad_norm = self.backend.step()  # one optimizer step per epoch over the batch
         forward = self._forward_tokens(plan, prompt_lens, rollout.lengths, [i // k for i in range(n)])
-        return {**stats, "grad_norm": grad_norm, "optimizer_steps": float(algo.ppo_epochs), "groups": groups.groups, "zero_variance": groups.zero_variance,
+        return {**stats, "grad_norm": grad_norm, "optimizer_steps": float(epochs), "groups": groups.groups, "zero_variance": groups.zero_variance,
                 "too_few_scorable": groups.too_few_scorable, "unscorable": groups.unscorable,
                 "skipped_seqs": float(n - len(trained)), "skip_blocked_by_kl": float(kl_in_loss and self.skip_zero_advantage),
                 **forward}
