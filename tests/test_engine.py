@@ -112,7 +112,7 @@ def train_two_steps(recipe, out, env, *sets: str, verbose: bool = False) -> list
 def test_two_steps_hf_sampler(tmp_path, tiny_model, test_plugin):
     recipe, env = make_run(tmp_path, tiny_model, test_plugin)
     out = tmp_path / "run"
-    metrics = train_two_steps(recipe, out, env, "trainer.eval_every=1", "eval.limit=4",
+    metrics = train_two_steps(recipe, out, env, "trainer.eval_every=1", "eval.limit=4", "trainer.eval_at_start=true",
                               "algorithm.is_correction.mode=tis", "trainer.samples_every=1", "eval.pass_threshold=0.5")
     assert metrics[0]["grad_norm"] > 0
     # the task metric beside the total: even_tokens >= 0.5 (eval.pass_threshold) counts as done
@@ -126,7 +126,8 @@ def test_two_steps_hf_sampler(tmp_path, tiny_model, test_plugin):
         assert r["is_weight_mean"] == pytest.approx(1.0, abs=1e-4) and r["is_capped_frac"] == 0, r
     assert metrics[0]["kl"] == pytest.approx(0.0, abs=1e-6) and metrics[1]["kl"] > 0  # policy == reference at step 0
     evals = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
-    assert [(e["tag"], e["step"], e["n"]) for e in evals] == [("step1", 1, 4)]  # not after the last step
+    assert [(e["tag"], e["step"], e["n"]) for e in evals] == [("before", 0, 4), ("step1", 1, 4)]  # not after the last
+    assert_paired_with_before(evals)
     # a linear schedule over 2 steps, each of 2 PPO epochs: one rate per training step
     assert [r["lr"] for r in metrics] == pytest.approx([1e-3, 5e-4])
     assert (out / "final" / "config.json").exists() and (out / "curves.png").exists()
@@ -290,8 +291,26 @@ def test_one_step_ahead_with_vllm(tmp_path, tiny_model, test_plugin):
 def test_two_ranks_zero_gloo(tmp_path, tiny_model, test_plugin, zero):
     recipe, env = make_run(tmp_path, tiny_model, test_plugin, zero=zero)
     out = tmp_path / "run"
-    metrics = train_two_ranks(recipe, out, env, 29500 + zero)
+    # ZeRO-2 also evaluates before and after: 5 problems, 3 on rank 0 and 2 on rank 1, paired over both
+    evals = ("trainer.eval_at_start=true", "trainer.eval_at_end=true", "eval.limit=5") if zero == 2 else ()
+    metrics = train_two_ranks(recipe, out, env, 29500 + zero, *evals)
     assert metrics[0]["grad_norm"] > 0
+    if evals:
+        records = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
+        assert [(e["tag"], e["n"]) for e in records] == [("before", 5), ("after", 5)]
+        assert_paired_with_before(records)
+
+
+def assert_paired_with_before(evals: list[dict]) -> None:
+    """Each evaluation after the first is compared with it problem by problem, over every rank's problems."""
+    first = evals[0]
+    assert "change_from_before" not in first
+    for e in evals[1:]:
+        c = e["change_from_before"]
+        assert c["n"] == e["n"] and c["better"] + c["worse"] + c["same"] == e["n"]
+        assert c["before"] == pytest.approx(first["accuracy"]) and c["after"] == pytest.approx(e["accuracy"])
+        assert c["change"] == pytest.approx(e["accuracy"] - first["accuracy"])
+        assert c["ci95"][0] <= c["change"] <= c["ci95"][1] and 0 <= c["p"] <= 1
 
 
 def train_two_ranks(recipe, out, env, port: int, *sets: str) -> list[dict]:

@@ -1,9 +1,10 @@
 """The ``rlvr`` commands that load a model and leave a run behind: ``train``, ``eval``, ``pool``,
-``sampler``, and the ones that read a run: ``plot``, ``samples``. Torch, vLLM and DeepSpeed load
-inside them only."""
+``sampler``, and the ones that read a run or an evaluation: ``compare``, ``plot``, ``samples``.
+Torch, vLLM and DeepSpeed load inside them only."""
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from pathlib import Path
@@ -220,6 +221,19 @@ def _shell_line(command: list[str], env: dict[str, str], keep: tuple[str, ...] =
     unset = [arg for name in sorted(os.environ) if name not in env and name not in keep for arg in ("-u", name)]
     assigned = [f"{name}={value}" for name, value in sorted(env.items()) if os.environ.get(name) != value]
     return shlex.join(["env", *unset, *assigned, *command])
+
+
+@cli.command()
+@click.argument("before", type=click.Path(path_type=Path))
+@click.argument("after", type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def compare(before, after, as_json):
+    """Compare two evaluations of the same problems (`rlvr eval --output-dir` folders), problem by
+    problem: the change in pass@1 with its 95% interval and p-value, and a sign test."""
+    from rlvr.evaluation.compare import compare_evaluations, describe
+
+    result = compare_evaluations(before, after)
+    click.echo(json.dumps(result, indent=2) if as_json else describe(result))
 
 
 @cli.command()

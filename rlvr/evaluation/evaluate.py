@@ -91,7 +91,7 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
                         for m, c in enumerate(flat[j * n : (j + 1) * n])] if keep_samples else None,
         })
     ks = ev.k
-    local = {"n": len(per_prompt), "pass@1": sum(p["passed"][0] for p in per_prompt),
+    local = {"n": len(per_prompt), "pass@1": sum(sum(p["passed"]) / n for p in per_prompt),
              "maj": sum(p["maj"] for p in per_prompt), "unscorable": sum(p["unscorable"] for p in per_prompt),
              "reward_sum": sum(r for r in scored.total if r is not None) if scored else 0.0,
              "reward_n": sum(r is not None for r in scored.total) if scored else 0}

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr import RlvrError
+from rlvr.evaluation.compare import describe, paired_change, paired_sums
 from rlvr.evaluation.evaluate import evaluate_with
 from rlvr.host.registry import Registry
 from rlvr.models.distributed import process_group_scope
@@ -97,15 +98,24 @@ class Evaluator:
     output_dir: Path
     pipeline: Pipeline  # the sampler must be idle and hold the newest weights first
     episodes: Any = None  # the recipe's rlvr.sampling.episodes.EpisodeRunner, if it names an environment
+    first: list[float] | None = None  # this rank's per-problem pass rates in the "before" evaluation
 
     def __call__(self, tag: str, step: int) -> dict:
         self.pipeline.quiesce()
-        result, _ = evaluate_with(self.recipe, self.rewards, self.sampler, self.prompts, rank=self.rank, world=self.world,
-                                  episodes=self.episodes)
+        result, per_prompt = evaluate_with(self.recipe, self.rewards, self.sampler, self.prompts, rank=self.rank,
+                                           world=self.world, episodes=self.episodes)
+        rates = [sum(p["passed"]) / len(p["passed"]) for p in per_prompt]
+        line = f"eval ({tag}, step {step}): accuracy {result['accuracy']:.3f} on {result['n']} prompts"
+        if tag == "before":
+            self.first = rates
+        elif self.first is not None:  # the same problems, problem by problem: is the change beyond noise?
+            change = paired_change(reduce_sums(paired_sums(self.first, rates)))
+            result["change_from_before"] = change
+            line += f"; from before: {describe(change)}"
         if self.rank == 0:
             with open(self.output_dir / "eval.jsonl", "a") as f:
                 f.write(json.dumps({"tag": tag, "step": step, **result}) + "\n")
-            log.info(f"eval ({tag}, step {step}): accuracy {result['accuracy']:.3f} on {result['n']} prompts")
+            log.info(line)
         return result
 
 
@@ -298,7 +308,9 @@ def _importance_sampling(recipe: Recipe, cuda: bool) -> tuple[str, bool]:
 def _write_summary(summary: dict, output_dir: Path) -> None:
     if "eval_before" in summary and "eval_after" in summary:
         before, after = summary["eval_before"]["accuracy"], summary["eval_after"]["accuracy"]
-        log.info(f"held-out accuracy: {before:.3f} -> {after:.3f} ({100 * (after - before):+.1f} points)")
+        change = summary["eval_after"].get("change_from_before")
+        log.info(f"held-out accuracy: {before:.3f} -> {after:.3f} ({100 * (after - before):+.1f} points)"
+                 + (f"; {describe(change)}" if change else ""))
     try:
         from rlvr.runs.plotting import plot_metrics
 

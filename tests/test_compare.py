@@ -1,0 +1,115 @@
+"""`rlvr compare`: the paired change between two evaluations, against hand numbers and the
+textbook formulas, and its errors on evaluations that cannot be paired."""
+
+import json
+import math
+import statistics
+
+import pytest
+
+from conftest import run_rlvr
+from rlvr import RlvrError
+from rlvr.evaluation.compare import compare_evaluations, paired_change, paired_sums, sign_test_p
+
+
+def test_sign_test_against_hand_counts():
+    assert sign_test_p(0, 0) == 1.0  # nothing changed
+    assert sign_test_p(1, 1) == 1.0
+    assert sign_test_p(0, 5) == pytest.approx(2 / 32)  # all five one way: 2 * (1/2)^5
+    assert sign_test_p(9, 1) == pytest.approx(2 * (1 + 10) / 1024)  # 2 * (C(10,0) + C(10,1)) / 2^10
+    assert sign_test_p(3, 2) == sign_test_p(2, 3) == 1.0
+    # McNemar's exact test on 24 gained, 17 lost: 2 * P(Binomial(41, 1/2) <= 17)
+    assert sign_test_p(24, 17) == pytest.approx(2 * sum(math.comb(41, i) for i in range(18)) / 2**41)
+    assert 0.34 < sign_test_p(24, 17) < 0.36
+
+
+def test_paired_change_is_the_paired_z_test():
+    before = [0.0, 0.0, 1.0, 0.5, 0.25, 0.0]
+    after = [1.0, 0.0, 1.0, 1.0, 0.0, 0.5]
+    d = [a - b for b, a in zip(before, after)]
+    c = paired_change(paired_sums(before, after))
+    se = statistics.stdev(d) / math.sqrt(len(d))
+    assert c["n"] == 6
+    assert c["before"] == pytest.approx(1.75 / 6) and c["after"] == pytest.approx(3.5 / 6)
+    assert c["change"] == pytest.approx(statistics.fmean(d))
+    assert c["ci95"] == pytest.approx((statistics.fmean(d) - 1.96 * se, statistics.fmean(d) + 1.96 * se))
+    z = statistics.fmean(d) / se
+    assert c["p"] == pytest.approx(2 * (1 - statistics.NormalDist().cdf(z)))
+    assert (c["better"], c["worse"], c["same"]) == (3, 1, 2)
+    assert c["sign_test_p"] == pytest.approx(2 * (1 + 4) / 16)
+
+
+def test_sums_over_ranks_give_the_same_answer():
+    before = [0.0, 0.125, 0.5, 0.0, 1.0, 0.0, 0.25]
+    after = [0.25, 0.125, 0.375, 0.5, 1.0, 0.0, 0.5]
+    whole = paired_change(paired_sums(before, after))
+    parts = [paired_sums(before[r::2], after[r::2]) for r in range(2)]
+    summed = paired_change({k: parts[0][k] + parts[1][k] for k in parts[0]})
+    assert summed.pop("ci95") == pytest.approx(whole.pop("ci95"))
+    assert summed == pytest.approx(whole)
+
+
+def test_no_change_and_a_uniform_change():
+    same = paired_change(paired_sums([0.5, 0.0, 1.0], [0.5, 0.0, 1.0]))
+    assert same["change"] == 0 and same["p"] == 1.0 and same["sign_test_p"] == 1.0
+    shift = paired_change(paired_sums([0.0, 0.25], [0.5, 0.75]))  # every problem +0.5: no spread at all
+    assert shift["change"] == 0.5 and shift["p"] == 0.0 and shift["ci95"] == (0.5, 0.5)
+    with pytest.raises(ValueError):
+        paired_sums([0.0], [0.0, 1.0])
+
+
+def _write_eval(folder, passed_by_id, task="gsm8k", split="test"):
+    folder.mkdir()
+    with open(folder / "samples.jsonl", "w") as f:
+        for pid, passed in passed_by_id.items():
+            f.write(json.dumps({"id": pid, "samples": [{"completion": "x", "correct": p} for p in passed]}) + "\n")
+    (folder / "report.json").write_text(json.dumps({"task": task, "split": split, "model": str(folder.name),
+                                                    "samples_per_prompt": len(next(iter(passed_by_id.values())))}))
+    return folder
+
+
+def test_compare_pairs_problems_by_id_not_by_order(tmp_path):
+    before = _write_eval(tmp_path / "b", {"a": [False, False], "b": [True, True], "c": [False, True]})
+    after = _write_eval(tmp_path / "a", {"c": [True, True], "a": [True, False], "b": [True, True]})
+    c = compare_evaluations(before, after)
+    assert c["before"] == pytest.approx(1.5 / 3) and c["after"] == pytest.approx(2.5 / 3)
+    assert (c["better"], c["worse"], c["same"]) == (2, 0, 1)
+    assert c["models"] == {"before": "b", "after": "a"}
+    # the samples file itself is accepted too
+    assert compare_evaluations(before / "samples.jsonl", after)["change"] == pytest.approx(c["change"])
+
+
+def test_evaluations_that_cannot_be_paired_are_refused(tmp_path):
+    base = _write_eval(tmp_path / "base", {"a": [True], "b": [False]})
+    fewer = _write_eval(tmp_path / "fewer", {"a": [True]})
+    with pytest.raises(RlvrError, match="different problems"):
+        compare_evaluations(base, fewer)
+    other = _write_eval(tmp_path / "other", {"a": [True], "b": [False]}, split="train")
+    with pytest.raises(RlvrError, match="differ in split"):
+        compare_evaluations(base, other)
+    with pytest.raises(RlvrError, match="not found"):
+        compare_evaluations(base, tmp_path / "missing")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "samples.jsonl").write_text('{"id": "a", "samples": [{"correct": true}]}\n{"id": "b"}\n')
+    with pytest.raises(RlvrError, match=r"samples.jsonl:2: not an rlvr eval sample record"):
+        compare_evaluations(base, broken)
+    twice = tmp_path / "twice"
+    twice.mkdir()
+    (twice / "samples.jsonl").write_text('{"id": "a", "samples": [{"correct": true}]}\n' * 2)
+    with pytest.raises(RlvrError, match="appears twice"):
+        compare_evaluations(twice, base)
+
+
+def test_the_command_prints_one_line_and_refuses_bad_input_with_status_2(tmp_path):
+    before = _write_eval(tmp_path / "b", {str(i): [i < 5] for i in range(40)})
+    after = _write_eval(tmp_path / "a", {str(i): [i < 20] for i in range(40)})
+    res = run_rlvr("compare", before, after)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.startswith("pass@1 12.5% -> 50.0% (+37.5 points")
+    assert "15 problems better, 0 worse" in res.stdout and "beyond noise" in res.stdout
+    data = json.loads(run_rlvr("compare", before, after, "--json").stdout)
+    assert data["sign_test_p"] == pytest.approx(2 / 2**15)
+    bad = run_rlvr("compare", before, tmp_path / "nowhere")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1 and "not found" in bad.stderr
