@@ -94,6 +94,13 @@ def test_evaluations_that_cannot_be_paired_are_refused(tmp_path):
     (broken / "samples.jsonl").write_text('{"id": "a", "samples": [{"correct": true}]}\n{"id": "b"}\n')
     with pytest.raises(RlvrError, match=r"samples.jsonl:2: not an rlvr eval sample record"):
         compare_evaluations(base, broken)
+    (broken / "samples.jsonl").write_text('{"id": "a", "samples": [{"correct": true}]}\n{"id": "b", "samples": []}\n')
+    with pytest.raises(RlvrError, match="no samples"):
+        compare_evaluations(base, broken)
+    (broken / "samples.jsonl").write_text('{"id": "a", "samples": [{"correct": true}]}\n{"id": "b", "samples": [{"correct": false}]}\n')
+    (broken / "report.json").write_text("{not json")
+    with pytest.raises(RlvrError, match="report.json: not JSON"):
+        compare_evaluations(base, broken)
     twice = tmp_path / "twice"
     twice.mkdir()
     (twice / "samples.jsonl").write_text('{"id": "a", "samples": [{"correct": true}]}\n' * 2)

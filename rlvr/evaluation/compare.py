@@ -102,7 +102,12 @@ def read_pass_rates(path: Path) -> tuple[dict[str, float], dict]:
     if not rates:
         raise RlvrError(f"{samples}: no problems")
     report_path = samples.parent / "report.json"
-    report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    try:
+        report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+    except json.JSONDecodeError as exc:
+        raise RlvrError(f"{report_path}: not JSON ({exc})") from None
+    if not isinstance(report, dict):
+        raise RlvrError(f"{report_path}: not an rlvr eval report (a JSON object)")
     return rates, report
 
 
