@@ -9,7 +9,7 @@ import pytest
 
 from conftest import run_rlvr
 from rlvr import RlvrError
-from rlvr.evaluation.compare import compare_evaluations, paired_change, paired_sums, sign_test_p
+from rlvr.evaluation.compare import compare_evaluations, describe, paired_change, paired_sums, sign_test_p
 
 
 def test_sign_test_against_hand_counts():
@@ -113,10 +113,75 @@ def test_the_command_prints_one_line_and_refuses_bad_input_with_status_2(tmp_pat
     after = _write_eval(tmp_path / "a", {str(i): [i < 20] for i in range(40)})
     res = run_rlvr("compare", before, after)
     assert res.returncode == 0, res.stderr
-    assert res.stdout.startswith("pass@1 12.5% -> 50.0% (+37.5 points")
+    assert res.stdout.startswith("pass@1 12.50% -> 50.00% (+37.50 points")
     assert "15 problems better, 0 worse" in res.stdout and "beyond noise" in res.stdout
     data = json.loads(run_rlvr("compare", before, after, "--json").stdout)
     assert data["sign_test_p"] == pytest.approx(2 / 2**15)
     bad = run_rlvr("compare", before, tmp_path / "nowhere")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr
     assert len(bad.stderr.strip().splitlines()) == 1 and "not found" in bad.stderr
+
+
+def _write_seeded(folder, passed_by_id, seed, model="m", temperature=0.7):
+    _write_eval(folder, passed_by_id)
+    report = json.loads((folder / "report.json").read_text())
+    report.update(seed=seed, model=model, temperature=temperature)
+    (folder / "report.json").write_text(json.dumps(report))
+    return folder
+
+
+def test_evaluations_drawn_with_other_seeds_are_pooled_problem_by_problem(tmp_path):
+    b1 = _write_seeded(tmp_path / "b1", {"x": [True, False], "y": [False, False], "z": [False, False]}, 1, "base")
+    b2 = _write_seeded(tmp_path / "b2", {"z": [False, False], "x": [True, True], "y": [False, False]}, 2, "base")
+    a1 = _write_seeded(tmp_path / "a1", {"x": [True, True], "y": [True, False], "z": [False, False]}, 1, "trained")
+    a2 = _write_seeded(tmp_path / "a2", {"x": [True, False], "y": [False, False], "z": [False, True]}, 2, "trained")
+    c = compare_evaluations([b1, b2], [a1, a2])
+    # x: 3/4 -> 3/4, y: 0/4 -> 1/4, z: 0/4 -> 1/4
+    assert (c["before"], c["after"], c["change"]) == pytest.approx((0.75 / 3, 1.25 / 3, 0.5 / 3))
+    assert (c["better"], c["worse"], c["same"]) == (2, 0, 1)
+    assert c["samples_per_prompt"] == {"before": 4, "after": 4} and c["models"] == {"before": "base", "after": "trained"}
+    hand = paired_change(paired_sums([0.75, 0, 0], [0.75, 0.25, 0.25]))
+    assert (c["p"], *c["ci95"]) == pytest.approx((hand["p"], *hand["ci95"]))
+    assert "over 3 problems, 4 samples each)" in describe(c)
+    # the pairs' order does not matter, and one side may have more evaluations than the other
+    assert compare_evaluations([b2, b1], [a2, a1])["change"] == pytest.approx(c["change"])
+    uneven = compare_evaluations([b1, b2], a1)
+    assert uneven["samples_per_prompt"] == {"before": 4, "after": 2}
+    assert "4 samples each before and 2 after" in describe(uneven)
+
+
+def test_pooling_refuses_the_same_samples_twice_and_other_models(tmp_path):
+    b1 = _write_seeded(tmp_path / "b1", {"x": [True], "y": [False]}, 1)
+    a1 = _write_seeded(tmp_path / "a1", {"x": [True], "y": [True]}, 1)
+    with pytest.raises(RlvrError, match="both sampled with eval.seed 1: the same samples twice"):
+        compare_evaluations([b1, b1], a1)
+    other_model = _write_seeded(tmp_path / "om", {"x": [True], "y": [False]}, 2, model="other")
+    with pytest.raises(RlvrError, match="pooled before with .*its model is 'other', not 'm'"):
+        compare_evaluations([b1, other_model], a1)
+    hotter = _write_seeded(tmp_path / "hot", {"x": [True], "y": [False]}, 3, temperature=1.0)
+    with pytest.raises(RlvrError, match="its temperature is 1.0, not 0.7"):
+        compare_evaluations(a1, [a1, hotter])
+    with pytest.raises(RlvrError, match="differ in temperature: 0.7 before, 1.0 after"):
+        compare_evaluations(b1, hotter)
+    fewer = _write_seeded(tmp_path / "fewer", {"x": [True]}, 4)
+    with pytest.raises(RlvrError, match=r"b1 and .*fewer are evaluations of different problems \(2 and 1;"):
+        compare_evaluations([b1, fewer], a1)
+
+
+def test_points_never_read_minus_zero():
+    c = paired_change(paired_sums([0.5, 0.0, 0.25, 0.0], [0.5, 0.0, 0.25, 0.0001]))
+    assert "(+0.00 points, 95% CI +0.00 to +0.01" in describe(c)
+    c = paired_change(paired_sums([0.0, 0.0, 0.0, 0.5], [0.0001, 0.0, 0.0, 0.5]))
+    assert "95% CI +0.00 to" in describe(c) and "-0.00" not in describe(c)
+
+
+def test_the_command_pools_more_pairs_with_also(tmp_path):
+    before = [_write_seeded(tmp_path / f"b{s}", {str(i): [i < 4] for i in range(30)}, s) for s in (1, 2)]
+    after = [_write_seeded(tmp_path / f"a{s}", {str(i): [i < 4 + 4 * s] for i in range(30)}, s) for s in (1, 2)]
+    res = run_rlvr("compare", before[0], after[0], "--also", before[1], after[1], "--json")
+    assert res.returncode == 0, res.stderr
+    data = json.loads(res.stdout)
+    assert data["after"] == pytest.approx((8 + 12) / 60) and data["before"] == pytest.approx(4 / 30)
+    assert (data["better"], data["worse"]) == (8, 0) and data["samples_per_prompt"] == {"before": 2, "after": 2}
+    twice = run_rlvr("compare", before[0], after[0], "--also", before[0], after[1])
+    assert twice.returncode == 2 and "same samples twice" in twice.stderr and "Traceback" not in twice.stderr

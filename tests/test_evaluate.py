@@ -43,7 +43,7 @@ def test_eval_math500_reports(tmp_path, tiny_model, backend):
     assert len(lines) == 6 and all(len(line["samples"]) == 2 for line in lines)
     # the report's figures are the estimators applied to the samples it wrote
     correct = [[s["correct"] for s in line["samples"]] for line in lines]
-    assert report["pass@1"] == report["accuracy"] == pytest.approx(sum(c[0] for c in correct) / 6)
+    assert report["pass@1"] == report["accuracy"] == pytest.approx(sum(sum(c) / 2 for c in correct) / 6)
     assert report["pass@2"] == pytest.approx(sum(pass_at_k(2, sum(c), 2) for c in correct) / 6)
     answers = [[_answer_of(s["reward_info"]["math"]) for s in line["samples"]] for line in lines]
     assert report["maj@2"] == pytest.approx(sum(majority_correct(a, c) for a, c in zip(answers, correct)) / 6)
@@ -82,3 +82,41 @@ def test_eval_with_tools_over_a_long_step(tmp_path, tiny_model):
     episodes = report["episodes"]
     assert episodes["episodes"] == 160 and episodes["turns_mean"] >= 1 and episodes["env_errors"] == 0
     assert {"tool_calls_mean", "tool_errors_mean", "tool_timeouts_mean"} <= set(episodes)
+
+
+def test_eval_seed_draws_the_samples_and_is_reported():
+    """``eval.seed`` (plus the rank) seeds the sampler, and the report says which seed drew it:
+    `rlvr compare` refuses to pool two evaluations drawn with the same one."""
+    from types import SimpleNamespace
+
+    from rlvr.evaluation.evaluate import evaluate_with
+    from rlvr.host.registry import RewardSpec
+    from rlvr.recipe.spec import EvalConfig, Recipe
+    from rlvr.rewards.runner import BoundReward
+    from rlvr.sampling.prompts import Prompt
+    from rlvr.sampling.samplers import prompt_seed
+
+    class Recording:
+        def __init__(self):
+            self.seeds = []
+
+        def generate(self, prompt_ids, *, n, seed=None, **options):
+            self.seeds.append(seed)
+            return [[SimpleNamespace(text=str(seed), token_ids=[1]) for _ in range(n)] for _ in prompt_ids]
+
+    def says_seven(prompts, completions, completion_ids):
+        return [float(c == "7") for c in completions]
+
+    rows = [{"question": "a"}, {"question": "b"}, {"question": "c"}]
+    prompts = [Prompt([i + 1], r["question"]) for i, r in enumerate(rows)]
+    spec = RewardSpec("seven", says_seven, "", "test", "0", (), (), {}, False)
+    recipe = Recipe.model_validate({"name": "t", "task": "arithmetic", "prompt": {"template": "{{question}}"},
+                                    "rewards": {"seven": 1.0}, "eval": {"k": [2], "temperature": 1.0, "seed": 5}})
+    for rank, accuracy in [(0, 0.0), (2, 1.0)]:
+        sampler = Recording()
+        result, _ = evaluate_with(recipe, [BoundReward(spec)], sampler, SimpleNamespace(rows=rows, prompts=prompts,
+                                  dropped=0), rank=rank, world=3)
+        assert sampler.seeds == [5 + rank] and result["seed"] == 5 and result["accuracy"] == accuracy
+    assert EvalConfig().seed == 12345  # the seed every evaluation had before it could be set
+    # each prompt draws from its own stream: another seed moves every prompt's stream
+    assert len({prompt_seed(s, i) for s in (1, 2, 12345) for i in range(50)}) == 150

@@ -226,13 +226,16 @@ def _shell_line(command: list[str], env: dict[str, str], keep: tuple[str, ...] =
 @cli.command()
 @click.argument("before", type=click.Path(path_type=Path))
 @click.argument("after", type=click.Path(path_type=Path))
+@click.option("--also", nargs=2, multiple=True, type=click.Path(path_type=Path), metavar="BEFORE AFTER",
+              help="More samples of the same two models: another pair of evaluations, drawn with another "
+              "--set eval.seed=N; each problem's samples are pooled with the first pair's. Repeatable.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def compare(before, after, as_json):
+def compare(before, after, also, as_json):
     """Compare two evaluations of the same problems (`rlvr eval --output-dir` folders), problem by
     problem: the change in pass@1 with its 95% interval and p-value, and a sign test."""
     from rlvr.evaluation.compare import compare_evaluations, describe
 
-    result = compare_evaluations(before, after)
+    result = compare_evaluations([before, *(b for b, _ in also)], [after, *(a for _, a in also)])
     click.echo(json.dumps(result, indent=2) if as_json else describe(result))
 
 

@@ -64,12 +64,26 @@ def paired_change(sums: dict[str, float]) -> dict[str, float]:
 
 
 def describe(c: dict) -> str:
-    """One line: ``pass@1 1.4% -> 2.0% (+0.5 points, 95% CI -0.1 to +1.2, p = 0.12; ...)``."""
+    """One line: ``pass@1 1.44% -> 1.97% (+0.53 points, 95% CI -0.08 to +1.14, p = 0.09; ...)``."""
     lo, hi = c["ci95"]
     verdict = "beyond noise" if c["p"] < 0.05 and c["sign_test_p"] < 0.05 else "within noise"
-    return (f"pass@1 {100 * c['before']:.1f}% -> {100 * c['after']:.1f}% ({100 * c['change']:+.1f} points, "
-            f"95% CI {100 * lo:+.1f} to {100 * hi:+.1f}, p = {c['p']:.2g}; {c['better']} problems better, "
-            f"{c['worse']} worse, sign test p = {c['sign_test_p']:.2g}: {verdict}, over {c['n']} problems)")
+    return (f"pass@1 {100 * c['before']:.2f}% -> {100 * c['after']:.2f}% ({_points(c['change'])} points, "
+            f"95% CI {_points(lo)} to {_points(hi)}, p = {c['p']:.2g}; {c['better']} problems better, "
+            f"{c['worse']} worse, sign test p = {c['sign_test_p']:.2g}: {verdict}, over {c['n']} problems{_samples(c)})")
+
+
+def _points(fraction: float) -> str:
+    """Percentage points, signed, two decimals; never "-0.00"."""
+    text = f"{100 * fraction:+.2f}"
+    return "+0.00" if text == "-0.00" else text
+
+
+def _samples(c: dict) -> str:
+    spp = c.get("samples_per_prompt") or {}
+    b, a = spp.get("before"), spp.get("after")
+    if not b or not a:
+        return ""
+    return f", {b} samples each" if b == a else f", {b} samples each before and {a} after"
 
 
 def _samples_path(path: Path) -> Path:
@@ -80,12 +94,12 @@ def _samples_path(path: Path) -> Path:
     return path
 
 
-def read_pass_rates(path: Path) -> tuple[dict[str, float], dict]:
-    """Each problem's pass rate from an ``rlvr eval`` output (its folder or ``samples.jsonl``),
-    keyed by the problem's id (its line number where the task has none), and the folder's
-    ``report.json`` (empty when absent)."""
+def read_counts(path: Path) -> tuple[dict[str, tuple[int, int]], dict]:
+    """Each problem's (passing samples, samples) from an ``rlvr eval`` output (its folder or
+    ``samples.jsonl``), keyed by the problem's id (its line number where the task has none), and
+    the folder's ``report.json`` (empty when absent)."""
     samples = _samples_path(Path(path))
-    rates: dict[str, float] = {}
+    counts: dict[str, tuple[int, int]] = {}
     with open(samples) as f:
         for line_no, line in enumerate(f, 1):
             try:
@@ -96,10 +110,10 @@ def read_pass_rates(path: Path) -> tuple[dict[str, float], dict]:
             if not passed:
                 raise RlvrError(f"{samples}:{line_no}: a problem with no samples")
             key = str(record["id"]) if record.get("id") is not None else f"#{line_no}"
-            if key in rates:
+            if key in counts:
                 raise RlvrError(f"{samples}:{line_no}: problem {key!r} appears twice")
-            rates[key] = sum(passed) / len(passed)
-    if not rates:
+            counts[key] = (sum(passed), len(passed))
+    if not counts:
         raise RlvrError(f"{samples}: no problems")
     report_path = samples.parent / "report.json"
     try:
@@ -108,25 +122,61 @@ def read_pass_rates(path: Path) -> tuple[dict[str, float], dict]:
         raise RlvrError(f"{report_path}: not JSON ({exc})") from None
     if not isinstance(report, dict):
         raise RlvrError(f"{report_path}: not an rlvr eval report (a JSON object)")
-    return rates, report
+    return counts, report
 
 
-def compare_evaluations(before: Path, after: Path) -> dict:
+def _same_problems(counts: dict, other: dict, first: str, second: str) -> None:
+    if counts.keys() != other.keys():
+        only_1, only_2 = len(counts.keys() - other.keys()), len(other.keys() - counts.keys())
+        raise RlvrError(f"{first} and {second} are evaluations of different problems ({len(counts)} and "
+                        f"{len(other)}; {only_1} only in the first, {only_2} only in the second): evaluate all "
+                        f"with the same --limit")
+
+
+def pooled_pass_rates(paths: Sequence[Path], side: str) -> tuple[dict[str, float], dict]:
+    """Each problem's pass rate over all its samples in ``paths``: evaluations of one model, each
+    drawn with its own ``eval.seed`` (the same seed twice would count the same samples twice).
+    Returns the rates and the report of the first, with ``samples_per_prompt`` summed."""
+    read = [(Path(p), *read_counts(p)) for p in paths]
+    first_path, counts, report = read[0]
+    pooled = dict(counts)
+    seeds = {report.get("seed"): first_path} if "seed" in report else {}
+    for path, more, more_report in read[1:]:
+        _same_problems(counts, more, str(first_path), str(path))
+        for key in ("model", "temperature"):
+            if key in report and key in more_report and report[key] != more_report[key]:
+                raise RlvrError(f"{path}: pooled {side} with {first_path}, but its {key} is "
+                                f"{more_report[key]!r}, not {report[key]!r}")
+        seed = more_report.get("seed")
+        if seed is not None and seed in seeds:
+            raise RlvrError(f"{path} and {seeds[seed]} were both sampled with eval.seed {seed}: the same samples "
+                            f"twice; evaluate again with another --set eval.seed=N to add samples")
+        if seed is not None:
+            seeds[seed] = path
+        pooled = {k: (pooled[k][0] + more[k][0], pooled[k][1] + more[k][1]) for k in pooled}
+    report = dict(report)
+    if len(read) > 1:
+        spp = [r.get("samples_per_prompt") for _, _, r in read]
+        report["samples_per_prompt"] = sum(spp) if None not in spp else None
+    return {k: passed / total for k, (passed, total) in pooled.items()}, report
+
+
+def compare_evaluations(before: Path | Sequence[Path], after: Path | Sequence[Path]) -> dict:
     """``rlvr compare``: the paired change from one ``rlvr eval`` output to another. Both must have
-    evaluated the same problems of the same task and split."""
-    rates_b, report_b = read_pass_rates(before)
-    rates_a, report_a = read_pass_rates(after)
-    for key in ("task", "split"):
+    evaluated the same problems of the same task and split, at the same temperature. Either side
+    may be several evaluations of its model with different ``eval.seed``: their samples are pooled."""
+    sides = {}
+    for side, paths in (("before", before), ("after", after)):
+        paths = [paths] if isinstance(paths, (str, Path)) else list(paths)
+        sides[side] = pooled_pass_rates(paths, side)
+    (rates_b, report_b), (rates_a, report_a) = sides["before"], sides["after"]
+    for key in ("task", "split", "temperature"):
         if key in report_b and key in report_a and report_b[key] != report_a[key]:
             raise RlvrError(f"the evaluations differ in {key}: {report_b[key]!r} before, {report_a[key]!r} after")
-    if rates_b.keys() != rates_a.keys():
-        only_b, only_a = len(rates_b.keys() - rates_a.keys()), len(rates_a.keys() - rates_b.keys())
-        raise RlvrError(f"the evaluations are of different problems ({len(rates_b)} before, {len(rates_a)} after; "
-                        f"{only_b} only before, {only_a} only after): evaluate both with the same --limit")
+    _same_problems(rates_b, rates_a, "before", "after")
     keys = list(rates_b)
     result = paired_change(paired_sums([rates_b[k] for k in keys], [rates_a[k] for k in keys]))
     result["samples_per_prompt"] = {"before": report_b.get("samples_per_prompt"),
                                     "after": report_a.get("samples_per_prompt")}
     result["models"] = {"before": report_b.get("model"), "after": report_a.get("model")}
     return result
-

@@ -61,7 +61,7 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
     mine = list(range(rank, len(eval_set.rows), world))
     prompts = [eval_set.prompts[i] for i in mine]
     options = dict(n=n, temperature=temperature, top_p=recipe.sampling.top_p, max_tokens=recipe.eval_tokens,
-                   seed=12345 + rank)
+                   seed=ev.seed + rank)
     flat_rows = [eval_set.rows[i] for i in mine for _ in range(n)]
     sums = None
     if episodes is None:
@@ -105,6 +105,7 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
         "n": int(count),
         "samples_per_prompt": n,
         "temperature": temperature,
+        "seed": ev.seed,
         "accuracy": total["pass@1"] / count if count else 0.0,
         **{f"pass@{k}": total[f"pass@{k}"] / count if count else 0.0 for k in ks},
         "unscorable": int(total["unscorable"]),

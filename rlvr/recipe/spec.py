@@ -349,6 +349,9 @@ class EvalConfig(Strict):
     temperature: float = Field(default=0.0, ge=0)
     max_tokens: int | None = Field(default=None, ge=1)
     pass_threshold: float = 1.0  # a sample "passes" when its correctness reward is >= this
+    # The samples' seed: another seed draws samples independent of the first evaluation's, which
+    # `rlvr compare` pools with them (more samples a problem, a narrower interval).
+    seed: int = Field(default=12345, ge=0)
     correctness_reward: str | None = None  # default: the recipe's first reward
     # Evaluate on another task than the one trained on (e.g. train MBPP, evaluate HumanEval).
     task: TaskRef | None = None
