@@ -221,7 +221,8 @@ def test_build_pool_measures_the_train_split_as_training_samples_it(tmp_path, ro
     kept = [0, 2, 3, 7]  # places in the split of the prompts that fit (the others dropped)
     seen = {}
 
-    def fake(rec, registry, keep_samples):
+    def fake(rec, registry, keep_samples, label):
+        assert label == "pool"  # its progress lines say "pool: ..."
         seen["recipe"] = rec
         prompts = PromptSet([rows[i] for i in kept], [None] * 4, 2, kept)
         per_prompt = [{"index": j, "passed": [j % 2 == 0, j > 1, False, True]} for j in range(4)]

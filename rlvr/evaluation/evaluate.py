@@ -17,6 +17,7 @@ from rlvr.host.registry import Registry
 from rlvr.models.distributed import process_group_scope
 from rlvr.recipe.spec import Recipe
 from rlvr.rewards.runner import BoundReward, bind_rewards, score_batch
+from rlvr.runs.logs import ProgressLog
 from rlvr.runs.metrics import reduce_sums
 from rlvr.sampling.episodes import episode_runner, episode_sums, unscore_failed
 from rlvr.sampling.prompts import PromptSet, load_prompt_set
@@ -51,10 +52,12 @@ def _answer_of(info: dict) -> str | None:
 
 
 def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_set: PromptSet, *, rank: int = 0,
-                  world: int = 1, keep_samples: bool = False, episodes=None) -> tuple[dict[str, Any], list[dict]]:
+                  world: int = 1, keep_samples: bool = False, episodes=None,
+                  progress_label: str | None = None) -> tuple[dict[str, Any], list[dict]]:
     """Sample, score and summarise the eval prompts: (summary, this rank's per-prompt results).
     Ranks split the prompts; the summary's counts are summed over ranks. With ``episodes`` (an
-    ``rlvr.sampling.episodes.EpisodeRunner``) each sample is an episode, and the summary has its tool figures."""
+    ``rlvr.sampling.episodes.EpisodeRunner``) each sample is an episode, and the summary has its
+    tool figures. With ``progress_label`` a line is logged at each tenth of the samples drawn."""
     ev = recipe.eval
     n = max(ev.k)
     temperature = ev.temperature if n == 1 else (ev.temperature or 1.0)
@@ -65,6 +68,8 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
     flat_rows = [eval_set.rows[i] for i in mine for _ in range(n)]
     sums = None
     if episodes is None:
+        if progress_label and mine:  # asked for only then: a sampler of one's own need not take it
+            options["progress"] = ProgressLog(progress_label, len(prompts) * n, log)
         outs = sampler.generate([p.ids for p in prompts], **options) if mine else []
     else:
         rows = [eval_set.rows[i] for i in mine]
@@ -139,7 +144,8 @@ def breakdown(rows: list[dict], per_prompt: list[dict], key: str) -> dict[str, d
     return {g: {"n": len(v), "pass@1": sum(v) / len(v)} for g, v in sorted(groups.items())}
 
 
-def _load_and_evaluate(recipe: Recipe, registry: Registry, keep_samples: bool) -> tuple[dict, list[dict], PromptSet]:
+def _load_and_evaluate(recipe: Recipe, registry: Registry, keep_samples: bool,
+                       label: str) -> tuple[dict, list[dict], PromptSet]:
     """Load the model into a sampler of its own and evaluate the recipe's eval split with it."""
     from rlvr.models.hub import load_tokenizer, resolve_model
     from rlvr.sampling.samplers import make_sampler
@@ -160,7 +166,8 @@ def _load_and_evaluate(recipe: Recipe, registry: Registry, keep_samples: bool) -
         try:
             rewards = bind_rewards(recipe.rewards, registry, conversational=recipe.eval_prompt.chat_template)
             result, per_prompt = evaluate_with(recipe, rewards, sampler, eval_set, keep_samples=keep_samples,
-                                               episodes=episode_runner(recipe, registry, tokenizer, model_path))
+                                               episodes=episode_runner(recipe, registry, tokenizer, model_path),
+                                               progress_label=label)
         finally:
             sampler.close()  # vLLM tears its own groups down first
     return result, per_prompt, eval_set
@@ -168,7 +175,7 @@ def _load_and_evaluate(recipe: Recipe, registry: Registry, keep_samples: bool) -
 
 def evaluate(recipe: Recipe, registry: Registry, output_dir: Path) -> dict[str, Any]:
     """``rlvr eval``: load the model into a sampler, evaluate, write reports."""
-    result, per_prompt, eval_set = _load_and_evaluate(recipe, registry, keep_samples=True)
+    result, per_prompt, eval_set = _load_and_evaluate(recipe, registry, keep_samples=True, label="eval")
     rows = eval_set.rows
     for key in ("subject", "level"):
         if key in rows[0]:
@@ -205,7 +212,7 @@ def build_pool(recipe: Recipe, registry: Registry, output: Path, k: int | None =
     from rlvr.runs.outputs import open_output
 
     measured = pool_recipe(recipe, k, limit)
-    result, per_prompt, prompts = _load_and_evaluate(measured, registry, keep_samples=False)
+    result, per_prompt, prompts = _load_and_evaluate(measured, registry, keep_samples=False, label="pool")
     task, split = recipe.task.name, recipe.data.train_split
     records = [pool_record(task, split, prompts.position(p["index"]), prompts.rows[p["index"]], p["passed"])
                for p in per_prompt]

@@ -12,8 +12,10 @@ import logging
 import os
 import sys
 import threading
+import time
 import traceback
 from pathlib import Path
+from typing import Callable
 
 FORMAT = "%(asctime)s %(name)s %(levelname)s: %(message)s"
 
@@ -133,3 +135,40 @@ def _copy(read_fd: int, targets: list[int]) -> None:
                     pass
     for fd in targets:
         os.close(fd)
+
+
+def duration(seconds: float) -> str:
+    """``45 s``, ``3 min 40 s``, ``1 h 5 min``."""
+    seconds = round(max(seconds, 0.0))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s"
+    return f"{seconds // 3600} h {seconds % 3600 // 60} min"
+
+
+def progress_line(what: str, done: int, total: int, elapsed: float) -> str:
+    """``eval: 2112 of 10552 samples (20%) in 7 min 30 s, about 30 min left`` (the pace so far)."""
+    text = f"{what}: {done} of {total} samples ({100 * done // total}%) in {duration(elapsed)}"
+    if 0 < done < total:
+        left = elapsed * (total - done) / done  # an estimate: whole minutes between a minute and an hour
+        text += f", about {round(left / 60)} min left" if 60 <= left < 3600 else f", about {duration(left)} left"
+    return text
+
+
+class ProgressLog:
+    """A ``progress`` callback for ``Sampler.generate``: one log line (on rlvr's console and in
+    the log) at each tenth of ``total`` samples, once ``quiet_s`` have passed: a sampling that
+    takes seconds says nothing, one that takes an hour says how far it is nine times."""
+
+    def __init__(self, what: str, total: int, logger: logging.Logger, *, quiet_s: float = 30.0,
+                 clock: Callable[[], float] = time.monotonic):
+        self.what, self.total, self.logger, self.quiet_s, self.clock = what, total, logger, quiet_s, clock
+        self.start, self.shown = clock(), 0
+
+    def __call__(self, done: int) -> None:
+        tenth = 10 * done // self.total if self.total else 10
+        elapsed = self.clock() - self.start
+        if self.shown < tenth < 10 and elapsed >= self.quiet_s:
+            self.shown = tenth
+            self.logger.info(progress_line(self.what, done, self.total, elapsed))

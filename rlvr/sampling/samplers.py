@@ -51,10 +51,11 @@ class Sampler(Protocol):
 
     def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
                  max_tokens: int | Sequence[int], seed: int | None = None, logprobs: bool = False,
-                 stop: Sequence[str] = ()) -> list[list[Completion]]:
+                 stop: Sequence[str] = (), progress: Callable[[int], None] | None = None) -> list[list[Completion]]:
         """``n`` completions for each prompt, grouped by prompt, in prompt order; ``max_tokens``
         for all prompts or one per prompt. A completion also ends after the token that completes
-        one of the ``stop`` strings (kept in it)."""
+        one of the ``stop`` strings (kept in it). ``progress``, if given, is called with the
+        number of completions finished so far, as they finish."""
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Replace the sampler's weights with ``(Hugging Face name, tensor)`` pairs; drain them all."""
@@ -68,6 +69,25 @@ def prompt_seed(seed: int | None, index: int) -> int | None:
     prompt depend on the seed and the prompt only, not on how requests were batched (so a
     sampler in its own process draws what a colocated one draws)."""
     return None if seed is None else (seed * 7_919 + index) % (1 << 63)
+
+
+def counting_bar(progress: Callable[[int], None]):
+    """A tqdm class for vLLM's ``LLM.generate(use_tqdm=...)``: it draws nothing and tells
+    ``progress`` the completions finished so far (vLLM counts each finished prompt's ``n``)."""
+    import io
+
+    from tqdm import tqdm
+
+    class Counting(tqdm):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **{**kwargs, "file": io.StringIO()})
+
+        def update(self, n=1):
+            shown = super().update(n)
+            progress(self.n)
+            return shown
+
+    return Counting
 
 
 def context_length(longest_prompt: int, max_new_tokens: int, model_limit: int | None) -> int:
@@ -236,14 +256,15 @@ class VLLMSampler:
 
     def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
                  max_tokens: int | Sequence[int], seed: int | None = None, logprobs: bool = False,
-                 stop: Sequence[str] = ()) -> list[list[Completion]]:
+                 stop: Sequence[str] = (), progress: Callable[[int], None] | None = None) -> list[list[Completion]]:
         from vllm import SamplingParams
 
         params = [SamplingParams(n=n, temperature=temperature, top_p=top_p, max_tokens=limit,
                                  seed=prompt_seed(seed, i), logprobs=0 if logprobs else None,
                                  stop=list(stop) or None, include_stop_str_in_output=True)
                   for i, limit in enumerate(per_prompt(max_tokens, len(prompt_ids)))]
-        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompt_ids], params, use_tqdm=False)
+        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompt_ids], params,
+                                    use_tqdm=counting_bar(progress) if progress else False)
         return [[self._completion(o, logprobs) for o in out.outputs] for out in outputs]
 
     @staticmethod
@@ -283,9 +304,9 @@ class HFSampler:
     @torch.no_grad()
     def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
                  max_tokens: int | Sequence[int], seed: int | None = None, logprobs: bool = False,
-                 stop: Sequence[str] = ()) -> list[list[Completion]]:
+                 stop: Sequence[str] = (), progress: Callable[[int], None] | None = None) -> list[list[Completion]]:
         """With ``logprobs`` transformers keeps every step's processed scores ([rows, vocabulary]
-        each), so ask for them on small batches only."""
+        each), so ask for them on small batches only. One batch: ``progress`` hears of the end only."""
         model = self.get_model()
         was_training = model.training
         model.eval()
@@ -328,6 +349,8 @@ class HFSampler:
             if i % n == 0:
                 groups.append([])
             groups[-1].append(Completion(text, ids, truncated, step_logprobs[i][: len(ids)] if logprobs else None))
+        if progress:
+            progress(len(new))
         return groups
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:

@@ -29,9 +29,9 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import torch
 
@@ -286,7 +286,7 @@ class ServerSampler:
 
     def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
                  max_tokens: int | Sequence[int], seed: int | None = None, logprobs: bool = False,
-                 stop: Sequence[str] = ()) -> list[list[Completion]]:
+                 stop: Sequence[str] = (), progress: Callable[[int], None] | None = None) -> list[list[Completion]]:
         """One request per prompt, all in flight at once (vLLM batches them), each with its own seed."""
 
         limits = per_prompt(max_tokens, len(prompt_ids))
@@ -302,7 +302,11 @@ class ServerSampler:
             return [self._completion(c, logprobs) for c in choices]
 
         with ThreadPoolExecutor(min(64, max(1, len(prompt_ids)))) as pool:
-            return list(pool.map(one, range(len(prompt_ids))))
+            futures = [pool.submit(one, i) for i in range(len(prompt_ids))]
+            if progress:
+                for done, _ in enumerate(as_completed(futures), 1):
+                    progress(done * n)
+            return [f.result() for f in futures]
 
     @staticmethod
     def _completion(choice: dict, logprobs: bool) -> Completion:
