@@ -315,11 +315,11 @@ def assert_paired_with_before(evals: list[dict]) -> None:
 
 def train_two_ranks(recipe, out, env, port: int, *sets: str) -> list[dict]:
     """`rlvr train` a 2-step recipe on two CPU ranks (torchrun, gloo); it must succeed and log steps 0, 1."""
-    env = {**env, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    env = {**env, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}  # a crash shows every thread
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
            "-m", "rlvr.cli", "train", str(recipe), "--output-dir", str(out)] + [a for kv in sets for a in ("--set", kv)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.returncode == 0, done.stderr[-8000:]  # with the threads a crash dumped
     metrics = rows(out)
     assert [r["step"] for r in metrics] == [1, 2]
     return metrics
@@ -377,11 +377,13 @@ POOLED = ["data.pool.enabled=true", "data.pool.retire_after=1", "data.pool.revis
 @pytest.mark.parametrize("sets", [[], POOLED], ids=["plain", "pool"])
 def test_resume_repeats_the_uninterrupted_run(tmp_path, tiny_model, test_plugin, sets):
     """Resuming from step 2's checkpoint redoes steps 2 and 3 exactly as the run that never
-    stopped did them: weights, optimizer, RNG and prompt positions (and the prompt pool) all come back."""
+    stopped did them: weights, optimizer, RNG and prompt positions (and the prompt pool) all come back.
+    Its evaluation after the last step is paired with the one before training, which it did not run."""
     recipe, env = make_run(tmp_path, tiny_model, test_plugin, steps=4)
     env["RLVR_LOAD_PLUGINS"] += ",math"
     out = tmp_path / "run"
-    sets = [arg for kv in ["trainer.keep_last=4", *sets] for arg in ("--set", kv)]
+    evals = ["trainer.eval_at_start=true", "trainer.eval_at_end=true", "eval.limit=4", "eval.pass_threshold=0.5"]
+    sets = [arg for kv in ["trainer.keep_last=4", *evals, *sets] for arg in ("--set", kv)]
     done = subprocess.run([RLVR, "train", recipe, "--output-dir", out, *sets], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -392,7 +394,7 @@ def test_resume_repeats_the_uninterrupted_run(tmp_path, tiny_model, test_plugin,
     assert done.returncode == 0, done.stderr[-3000:]
     resumed = rows(out)
     assert [r["step"] for r in resumed] == [1, 2, 3, 4]
-    if sets.count("--set") > 1:
+    if "data.pool.enabled=true" in sets:
         assert straight[0]["pool_retired_failed_frac"] > 0 and sum(r["pool_readmitted"] for r in straight[1:]) > 0
 
     def untimed(row):
@@ -400,6 +402,11 @@ def test_resume_repeats_the_uninterrupted_run(tmp_path, tiny_model, test_plugin,
         return {k: v for k, v in row.items() if not k.startswith("time_") and k not in timing}
 
     assert [untimed(r) for r in resumed[2:]] == [untimed(r) for r in straight[2:]]
+    before, after, again = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
+    assert [e["tag"] for e in (before, after, again)] == ["before", "after", "after"]
+    assert again["change_from_before"] == after["change_from_before"]
+    assert again["change_from_before"]["before"] == pytest.approx(before["accuracy"])
+    assert "held-out accuracy" in done.stderr and "from before" in (out / "train.log").read_text()
 
 
 # Runs `rlvr` in this interpreter and says, after every other exit handler, whether a default

@@ -108,7 +108,10 @@ class Evaluator:
         line = f"eval ({tag}, step {step}): accuracy {result['accuracy']:.3f} on {result['n']} prompts"
         if tag == "before":
             self.first = rates
-        elif self.first is not None:  # the same problems, problem by problem: is the change beyond noise?
+            self._keep_first(per_prompt, rates)
+        elif self.first is None:  # a resumed run: the "before" evaluation is in the run's folder
+            self.first = self._kept_first(per_prompt)
+        if tag != "before" and self.first is not None:  # the same problems, one by one: beyond noise?
             change = paired_change(reduce_sums(paired_sums(self.first, rates)))
             result["change_from_before"] = change
             line += f"; from before: {describe(change)}"
@@ -117,6 +120,38 @@ class Evaluator:
                 f.write(json.dumps({"tag": tag, "step": step, **result}) + "\n")
             log.info(line)
         return result
+
+    def _settings(self) -> dict:
+        ev = self.recipe.eval
+        return {"problems": len(self.prompts.rows), "samples": max(ev.k), "temperature": ev.temperature,
+                "seed": ev.seed, "max_tokens": self.recipe.eval_tokens}
+
+    def _keep_first(self, per_prompt: list[dict], rates: list[float]) -> None:
+        """Each rank writes its problems' "before" pass rates (JSON, by problem index), so that a
+        resumed run, on any number of ranks, still pairs its evaluations with them."""
+        data = {"settings": self._settings(), "rates": {str(p["index"]): r for p, r in zip(per_prompt, rates)}}
+        path = self.output_dir / f"eval_before.rank{self.rank}.json"
+        path.with_suffix(".part").write_text(json.dumps(data))
+        path.with_suffix(".part").replace(path)
+
+    def _kept_first(self, per_prompt: list[dict]) -> list[float] | None:
+        """This rank's problems' "before" rates from the files ``_keep_first`` wrote, or None
+        (with a log line) when they are missing or were evaluated otherwise. Every rank reads the
+        same files, so all ranks agree on whether to pair (the pairing reduces over ranks)."""
+        kept: dict[str, float] = {}
+        for path in sorted(self.output_dir.glob("eval_before.rank*.json")):
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError):
+                return None
+            if data.get("settings") != self._settings():
+                if self.rank == 0:
+                    log.info(f"{path.name} was evaluated with other eval settings: not paired with it")
+                return None
+            kept.update(data.get("rates", {}))
+        if any(str(p["index"]) not in kept for p in per_prompt) or len(kept) != len(self.prompts.rows):
+            return None
+        return [kept[str(p["index"])] for p in per_prompt]
 
 
 def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = False,
@@ -306,9 +341,11 @@ def _importance_sampling(recipe: Recipe, cuda: bool) -> tuple[str, bool]:
 
 
 def _write_summary(summary: dict, output_dir: Path) -> None:
-    if "eval_before" in summary and "eval_after" in summary:
-        before, after = summary["eval_before"]["accuracy"], summary["eval_after"]["accuracy"]
-        change = summary["eval_after"].get("change_from_before")
+    change = summary.get("eval_after", {}).get("change_from_before")
+    if "eval_after" in summary and ("eval_before" in summary or change):
+        # a resumed run did not evaluate "before" itself: the pairing has its accuracy
+        before = summary["eval_before"]["accuracy"] if "eval_before" in summary else change["before"]
+        after = summary["eval_after"]["accuracy"]
         log.info(f"held-out accuracy: {before:.3f} -> {after:.3f} ({100 * (after - before):+.1f} points)"
                  + (f"; {describe(change)}" if change else ""))
     try:
