@@ -101,6 +101,12 @@ def test_evaluations_that_cannot_be_paired_are_refused(tmp_path):
     (broken / "report.json").write_text("{not json")
     with pytest.raises(RlvrError, match="report.json: not JSON"):
         compare_evaluations(base, broken)
+    (broken / "samples.jsonl").write_bytes(b'{"id": "a", "samples": [{"correct": true}]}\n\xff\xfe\n')
+    with pytest.raises(RlvrError, match=r"samples.jsonl:2: not UTF-8 text"):
+        compare_evaluations(base, broken)
+    (broken / "samples.jsonl").write_text('{"id": "a", "samples": [{"correct": true}]}\n[1]\n')
+    with pytest.raises(RlvrError, match=r"samples.jsonl:2: each line must be a JSON object"):
+        compare_evaluations(base, broken)
     twice = tmp_path / "twice"
     twice.mkdir()
     (twice / "samples.jsonl").write_text('{"id": "a", "samples": [{"correct": true}]}\n' * 2)

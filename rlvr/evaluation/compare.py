@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rlvr import RlvrError
+from rlvr.kit.data import numbered_jsonl
 
 
 def paired_sums(before: Sequence[float], after: Sequence[float]) -> dict[str, float]:
@@ -100,19 +101,17 @@ def read_counts(path: Path) -> tuple[dict[str, tuple[int, int]], dict]:
     the folder's ``report.json`` (empty when absent)."""
     samples = _samples_path(Path(path))
     counts: dict[str, tuple[int, int]] = {}
-    with open(samples) as f:
-        for line_no, line in enumerate(f, 1):
-            try:
-                record = json.loads(line)
-                passed = [bool(s["correct"]) for s in record["samples"]]
-            except (json.JSONDecodeError, KeyError, TypeError) as exc:
-                raise RlvrError(f"{samples}:{line_no}: not an rlvr eval sample record ({exc})") from None
-            if not passed:
-                raise RlvrError(f"{samples}:{line_no}: a problem with no samples")
-            key = str(record["id"]) if record.get("id") is not None else f"#{line_no}"
-            if key in counts:
-                raise RlvrError(f"{samples}:{line_no}: problem {key!r} appears twice")
-            counts[key] = (sum(passed), len(passed))
+    for line_no, record in numbered_jsonl(samples):  # bad bytes, bad JSON: its one-line errors
+        try:
+            passed = [bool(s["correct"]) for s in record["samples"]]
+        except (KeyError, TypeError) as exc:
+            raise RlvrError(f"{samples}:{line_no}: not an rlvr eval sample record ({exc})") from None
+        if not passed:
+            raise RlvrError(f"{samples}:{line_no}: a problem with no samples")
+        key = str(record["id"]) if record.get("id") is not None else f"#{line_no}"
+        if key in counts:
+            raise RlvrError(f"{samples}:{line_no}: problem {key!r} appears twice")
+        counts[key] = (sum(passed), len(passed))
     if not counts:
         raise RlvrError(f"{samples}: no problems")
     report_path = samples.parent / "report.json"

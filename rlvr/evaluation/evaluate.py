@@ -89,6 +89,7 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
         per_prompt.append({
             "index": i,
             "passed": passed,
+            "pass_rate": sum(passed) / n,  # its pass@1
             "unscorable": sum(v is None for v in values),
             "maj": majority_correct([_answer_of(x) for x in infos], passed),
             "samples": [{"completion": c.text, "reward": scored.total[j * n + m], "correct": passed[m],
@@ -96,7 +97,7 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
                         for m, c in enumerate(flat[j * n : (j + 1) * n])] if keep_samples else None,
         })
     ks = ev.k
-    local = {"n": len(per_prompt), "pass@1": sum(sum(p["passed"]) / n for p in per_prompt),
+    local = {"n": len(per_prompt), "pass@1": sum(p["pass_rate"] for p in per_prompt),
              "maj": sum(p["maj"] for p in per_prompt), "unscorable": sum(p["unscorable"] for p in per_prompt),
              "reward_sum": sum(r for r in scored.total if r is not None) if scored else 0.0,
              "reward_n": sum(r is not None for r in scored.total) if scored else 0}
@@ -140,7 +141,7 @@ def episode_report(total: dict[str, float]) -> dict[str, float]:
 def breakdown(rows: list[dict], per_prompt: list[dict], key: str) -> dict[str, dict]:
     groups: dict[str, list] = defaultdict(list)
     for p in per_prompt:
-        groups[str(rows[p["index"]].get(key, ""))].append(p["passed"][0])
+        groups[str(rows[p["index"]].get(key, ""))].append(p["pass_rate"])
     return {g: {"n": len(v), "pass@1": sum(v) / len(v)} for g, v in sorted(groups.items())}
 
 

@@ -20,6 +20,12 @@ def read_jsonl(path: str | Path) -> Iterator[dict]:
     Lines are decoded one at a time, so bad bytes, bad JSON and non-objects are all reported
     with their line number, as one-line ``RlvrError``s; so are unreadable files.
     """
+    for _, row in numbered_jsonl(path):
+        yield row
+
+
+def numbered_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
+    """``read_jsonl``'s objects with their line numbers, for a caller's own errors about a record."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     try:
@@ -41,7 +47,7 @@ def read_jsonl(path: str | Path) -> Iterator[dict]:
                     raise RlvrError(f"{path}:{number}: JSON nested too deeply") from None
                 if not isinstance(row, dict):
                     raise RlvrError(f"{path}:{number}: each line must be a JSON object")
-                yield row
+                yield number, row
     except (OSError, EOFError) as exc:  # unreadable, a folder, a corrupt or cut-short .gz
         why = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
         raise RlvrError(f"{path}: cannot read: {why}") from None

@@ -95,7 +95,7 @@ def decode_rank_state(data: Any) -> RankState:
     return RankState(step, position, python_state, torch_rng, pool)
 
 
-def _write_json_atomic(path: Path, data: dict) -> None:
+def write_json_atomic(path: Path, data: dict) -> None:
     """A kill mid-write leaves the old file or none, never half of one."""
     part = path.with_name(path.name + ".part")
     part.write_text(json.dumps(data))
@@ -114,7 +114,7 @@ def save_checkpoint(engine, ckpt_dir: Path, state: TrainState, *, rank: int, dat
     # The per-rank files go first so a checkpoint that `latest` names always has them.
     folder.mkdir(parents=True, exist_ok=True)
     rank_state = RankState(state.step, data_position, random.getstate(), torch.get_rng_state().tolist(), pool)
-    _write_json_atomic(_rank_file(folder, rank), encode_rank_state(rank_state))
+    write_json_atomic(_rank_file(folder, rank), encode_rank_state(rank_state))
     dist.barrier()
     engine.save_checkpoint(str(ckpt_dir), tag=tag)
     dist.barrier()

@@ -50,7 +50,8 @@ from rlvr.sampling.episodes import episode_runner
 from rlvr.sampling.prompts import PromptSet, load_prompt_set
 from rlvr.sampling.samplers import context_length, make_sampler, model_max_len, require_vllm, sampler_dtype
 from rlvr.sampling.server import connect_samplers, run_evaluates, run_lengths
-from rlvr.training.checkpoint import TrainState, check_output_dir, load_checkpoint, save_checkpoint, save_final
+from rlvr.training.checkpoint import (TrainState, check_output_dir, load_checkpoint, save_checkpoint, save_final,
+                                     write_json_atomic)
 from rlvr.training.learner import Learner, is_correction_mode
 from rlvr.training.policy import bf16_hardware, build_policy, cpu_autocast, lr_multiplier, sync_weights, trainer_dtype
 from rlvr.training.pool import prompt_source
@@ -104,14 +105,12 @@ class Evaluator:
         self.pipeline.quiesce()
         result, per_prompt = evaluate_with(self.recipe, self.rewards, self.sampler, self.prompts, rank=self.rank,
                                            world=self.world, episodes=self.episodes)
-        rates = [sum(p["passed"]) / len(p["passed"]) for p in per_prompt]
+        rates = [p["pass_rate"] for p in per_prompt]
         line = f"eval ({tag}, step {step}): accuracy {result['accuracy']:.3f} on {result['n']} prompts"
         if tag == "before":
             self.first = rates
             self._keep_first(per_prompt, rates)
-        elif self.first is None:  # a resumed run: the "before" evaluation is in the run's folder
-            self.first = self._kept_first(per_prompt)
-        if tag != "before" and self.first is not None:  # the same problems, one by one: beyond noise?
+        elif self.first is not None:  # the same problems, one by one: beyond noise?
             change = paired_change(reduce_sums(paired_sums(self.first, rates)))
             result["change_from_before"] = change
             line += f"; from before: {describe(change)}"
@@ -129,15 +128,14 @@ class Evaluator:
     def _keep_first(self, per_prompt: list[dict], rates: list[float]) -> None:
         """Each rank writes its problems' "before" pass rates (JSON, by problem index), so that a
         resumed run, on any number of ranks, still pairs its evaluations with them."""
-        data = {"settings": self._settings(), "rates": {str(p["index"]): r for p, r in zip(per_prompt, rates)}}
-        path = self.output_dir / f"eval_before.rank{self.rank}.json"
-        path.with_suffix(".part").write_text(json.dumps(data))
-        path.with_suffix(".part").replace(path)
+        write_json_atomic(self.output_dir / f"eval_before.rank{self.rank}.json",
+                          {"settings": self._settings(), "rates": {str(p["index"]): r for p, r in zip(per_prompt, rates)}})
 
-    def _kept_first(self, per_prompt: list[dict]) -> list[float] | None:
-        """This rank's problems' "before" rates from the files ``_keep_first`` wrote, or None
-        (with a log line) when they are missing or were evaluated otherwise. Every rank reads the
-        same files, so all ranks agree on whether to pair (the pairing reduces over ranks)."""
+    def kept_first(self) -> list[float] | None:
+        """For a resumed run: this rank's problems' "before" rates from the files ``_keep_first``
+        wrote, or None when they are missing, unreadable or were evaluated with other settings
+        (said in the log). Every rank reads the same files, so all ranks agree on whether to pair
+        (the pairing reduces over ranks)."""
         kept: dict[str, float] = {}
         for path in sorted(self.output_dir.glob("eval_before.rank*.json")):
             try:
@@ -149,9 +147,10 @@ class Evaluator:
                     log.info(f"{path.name} was evaluated with other eval settings: not paired with it")
                 return None
             kept.update(data.get("rates", {}))
-        if any(str(p["index"]) not in kept for p in per_prompt) or len(kept) != len(self.prompts.rows):
+        if len(kept) != len(self.prompts.rows):
             return None
-        return [kept[str(p["index"])] for p in per_prompt]
+        mine = [str(i) for i in range(self.rank, len(self.prompts.rows), self.world)]  # as evaluate_with splits them
+        return [kept[i] for i in mine] if all(i in kept for i in mine) else None
 
 
 def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = False,
@@ -235,6 +234,8 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
         learner = _learner(recipe, backend, ref_model=ref_model, is_mode=is_mode, pad_id=pad_id, device=device)
         evaluate = Evaluator(recipe, rewards, sampler, eval_set, rank, world, output_dir, pipeline,
                              episodes) if eval_set else None
+        if evaluate and resume:  # its evaluations are paired with the one before training, if kept
+            evaluate.first = evaluate.kept_first()
         summary: dict[str, Any] = {"dropped_prompts": train_set.dropped}
         if t.eval_at_start and state.step == 0:
             summary["eval_before"] = evaluate("before", 0)
