@@ -19,8 +19,9 @@ Each record is read on its own, so one batch may mix HumanEval, MBPP and stdin/s
 (a column a record lacks is ``None`` for it).
 
 Markdown fences are stripped from completions. The value is 1.0 when every test
-passes, else 0.0; with ``partial=True`` it is the fraction of asserts (or io
-cases) that passed. ``None`` when the record has no tests or its tests are
+passes -- every assert statement ran at least once and none failed -- else 0.0;
+with ``partial=True`` it is the fraction of asserts (or io cases) that passed, an
+assert statement that never ran counting as one failed. ``None`` when the record has no tests or its tests are
 themselves broken. ``reward_info`` says the isolation level used, the verdict,
 the first failure (control characters escaped) and the run time (wall seconds
 measured on the host, also when the program took its sandbox worker down). See

@@ -122,6 +122,26 @@ def test_garbage_never_raises():
         assert all(s.value == 0.0 for s in scores), [s.info for s in scores if s.value != 0.0]
 
 
+def test_tests_that_loop_over_the_candidates_answers():
+    """User test suites that map the candidate over cases: a candidate raising StopIteration
+    (which would end the map early) scores 0, as does one whose asserts never ran."""
+    forms = [
+        "def check(candidate):\n    assert all(map(lambda t: candidate(*t[0]) == t[1], [((1, 2), 3), ((2, 2), 4)]))\n",
+        "def check(candidate):\n    for got, want in zip(map(candidate, [1, 2], [2, 2]), [3, 4]):\n        assert got == want\n",
+    ]
+    completions = ["    return a + b\n", "    raise StopIteration\n", "    if a == 2:\n        raise StopIteration\n    return a + b\n"]
+    for test in forms:
+        scores = reward(completions, **he_columns(len(completions), test=test))
+        assert [s.value for s in scores] == [1.0, 0.0, 0.0], [s.info for s in scores]
+        assert "the candidate raised StopIteration" in scores[1].info["message"]
+        part = reward(completions, partial=True, **he_columns(len(completions), test=test))
+        assert part[0].value == 1.0 and part[1].value == 0.0 and part[2].value < 1.0, [s.info for s in part]
+    never = reward(["def add(a, b):\n    return a + b\n"], test_list=[["for x in []:\n    assert add(x, 0) == x"]])[0]
+    assert never.value == 0.0 and never.info["message"] == "0 of 1 asserts ran", never.info
+    vacuous = reward(["def add(a, b):\n    return a + b\n"], test_list=[["add(1, 2)"]])[0]
+    assert vacuous.value is None and vacuous.info["verdict"] == "invalid_test", vacuous.info
+
+
 def test_options_are_checked():
     with pytest.raises(RlvrError):
         reward(["x"], test_list=[["assert True"]], isolation="none")

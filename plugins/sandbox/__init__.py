@@ -15,6 +15,20 @@ What it protects against, with ``isolation="bwrap"`` (the default):
   forked from a zygote that never sees them (program text arrives in a memfd).
   The tester is one process per worker, running each job's tests in a fresh
   namespace; it is replaced every few hundred jobs and whenever it misses a deadline.
+- Tests steered by the candidate. The tests' control flow runs on the tester's own
+  objects (its builtins, its decoded values); all the candidate can inject is an
+  exception raised through a proxy call, and one that means control flow
+  (``StopIteration``, which would end a ``map``, ``zip``, ``filter`` or ``iter(f, x)``
+  in the test early and leave ``all(...)`` true; ``StopAsyncIteration``,
+  ``GeneratorExit``, ``KeyboardInterrupt``, ``SystemExit``) is never raised into the
+  tests as itself: the call is a failure, recorded before any test code can catch
+  anything. And "passed" needs every counted (non-constant) assert statement of the
+  tests to have run at least once, none failing: a loop over nothing, a ``check``
+  never called or an early-ended iteration is "failed: N of M asserts ran" (for
+  partial credit, each statement that never ran counts as a failed assert); tests
+  without a counted assert are an invalid test, never a pass. An assert in a branch
+  that does not run for a correct program therefore fails it: write such checks
+  without the branch (all 164 HumanEval suites run every assert).
 - The host. Each worker is one long-lived ``bwrap`` (bubblewrap) sandbox: new user,
   pid, mount, network, ipc, uts and cgroup namespaces, all capabilities dropped,
   uid 65534, ``--clearenv`` (no parent secrets), a read-only root with only ``/usr``
@@ -50,8 +64,9 @@ What it does not protect against:
   interpreter prefix would be readable. Nothing else of the host's tree is mounted.
 - Channels between programs of one worker that do not affect verdicts: kernel
   keyrings of the sandbox's uid, and CPU-time or cache side channels.
-- Tests that are themselves weak (a ``check`` that can be satisfied vacuously):
-  the verdict is exactly as strong as the test code.
+- Tests that are themselves weak (an assert that a wrong answer satisfies, a
+  ``try``/``except`` around a candidate call that swallows a plain exception): the
+  verdict is exactly as strong as the test code.
 - Without writable cgroups (not root, or cgroup v2 only), memory caps are
   per-process rlimits only, which a program can spread across processes.
 

@@ -17,8 +17,9 @@ class Job:
     """One program and its tests.
 
     ``mode="call"``: ``program`` is loaded in the candidate process; ``tests`` are
-    code units run by the tester (each assert counted), after ``trusted`` code
-    (a prompt's helpers, MBPP setup code) has run in the tester. ``entry_point``,
+    code units run by the tester (each assert counted; a pass needs every non-constant
+    assert statement to run at least once, and tests without one are ``invalid_test``),
+    after ``trusted`` code (a prompt's helpers, MBPP setup code) has run in the tester. ``entry_point``,
     if given, is always bound to the candidate's function of that name.
     ``mode="io"``: ``program`` runs as ``__main__`` once per ``(stdin, expected)``
     case; the stripped stdout must equal the stripped expected text and the exit

@@ -1,6 +1,19 @@
 """The tester T: the test harness. Runs each job's (trusted) tests, asserts counted,
 against proxies of the candidate's functions, decodes what comes back strictly, and
-reports the verdict to the fork server on a socket no candidate ever holds."""
+reports the verdict to the fork server on a socket no candidate ever holds.
+
+What the candidate can do to the tests' control flow is raise, through a proxy, and
+only as a builtin exception class of the tester's own (or ``CandidateError``). The
+exceptions that mean something to the interpreter rather than report an error --
+``StopIteration`` ends a ``map``/``zip``/``filter``/``iter(f, x)`` or a hand-written
+iterator early, ``SystemExit``, ``KeyboardInterrupt``, ``GeneratorExit`` and
+``StopAsyncIteration`` likewise -- are never raised into the tests as themselves: the
+call is recorded as a failure there and then (a test that catches the exception cannot
+undo it) and the tests stop (with partial credit, ``CandidateError`` is raised instead
+and the other asserts still count). A verdict of "passed" also needs every counted
+assert statement to have run at least once (``_AssertCounter``): a loop the candidate
+ended early, or a ``check`` never called, is "failed: N of M asserts ran"; tests
+without any counted assert are an invalid test, never a pass."""
 
 from __future__ import annotations
 
@@ -21,13 +34,22 @@ class _Abort(BaseException):
 
 
 class CandidateError(Exception):
-    """The candidate raised an exception that is not a builtin one."""
+    """The candidate raised an exception that is not a builtin one, or one that means
+    control flow (``_CONTROL_FLOW``)."""
+
+
+class _CountedCandidateError(CandidateError):
+    """A ``CandidateError`` already recorded as a failure: no assert counts it again."""
 
 
 _BUILTIN_EXCEPTIONS = {
     name: obj for name, obj in vars(builtins).items()
     if isinstance(obj, type) and issubclass(obj, Exception)
 }
+# Exceptions that steer the interpreter (an iterator's end, an exit): raised by the
+# candidate, each is a failure of the call, never handed to the tests as itself.
+_CONTROL_FLOW = frozenset({"StopIteration", "StopAsyncIteration", "GeneratorExit", "KeyboardInterrupt",
+                           "SystemExit"})
 
 
 class _Proxy:
@@ -61,8 +83,9 @@ def _cached(key: tuple[str, str], make: Any) -> Any:
     return value
 
 
-def _compile_unit(text: str, filename: str) -> tuple[Any, int, frozenset, frozenset]:
-    """Compile one test unit with counted asserts; also the names it reads and binds."""
+def _compile_unit(text: str, index: int) -> tuple[Any, int, frozenset, frozenset]:
+    """Compile test unit ``index`` with counted asserts; also the names it reads and binds."""
+    filename = f"test_{index}.py"
 
     def make() -> tuple[Any, int, frozenset, frozenset]:
         tree = ast.parse(text, filename)
@@ -76,7 +99,7 @@ def _compile_unit(text: str, filename: str) -> tuple[Any, int, frozenset, frozen
                 bound.add(node.arg)
             elif isinstance(node, (ast.Import, ast.ImportFrom)):
                 bound.update((a.asname or a.name).split(".")[0] for a in node.names)
-        counter = _AssertCounter()
+        counter = _AssertCounter(index)
         tree = ast.fix_missing_locations(counter.visit(tree))
         return compile(tree, filename, "exec"), counter.count, frozenset(loads), frozenset(bound)
 
@@ -84,19 +107,23 @@ def _compile_unit(text: str, filename: str) -> tuple[Any, int, frozenset, frozen
 
 
 class _AssertCounter(ast.NodeTransformer):
-    """Wraps each non-constant ``assert`` so that passes and failures are counted."""
+    """Wraps each non-constant ``assert`` statement of test unit ``unit`` so that its
+    passes and failures are counted, and which statements ran at all: each reports
+    its own ``(unit, number)``."""
 
-    def __init__(self) -> None:
+    def __init__(self, unit: int) -> None:
+        self.unit = unit
         self.count = 0
 
     def visit_Assert(self, node: ast.Assert) -> Any:
         if isinstance(node.test, ast.Constant):
             return node  # ``assert True`` in HumanEval tests: not a check
+        key = (self.unit, self.count)
         self.count += 1
         wrapped = ast.parse(
             "try:\n    pass\nexcept __rlvr_abort__:\n    raise\n"
-            f"except BaseException as __rlvr_e__:\n    __rlvr_fail__({node.lineno}, __rlvr_e__)\n"
-            "else:\n    __rlvr_pass__()\n"
+            f"except BaseException as __rlvr_e__:\n    __rlvr_fail__({key}, {node.lineno}, __rlvr_e__)\n"
+            f"else:\n    __rlvr_pass__({key})\n"
         ).body[0]
         for part in ast.walk(wrapped):  # report the assert's own line in tracebacks
             if hasattr(part, "lineno"):
@@ -135,6 +162,7 @@ class _Tester:
         self.partial = bool(job.get("partial"))
         self.passed = 0
         self.failed = 0
+        self.ran: set[tuple[int, int]] = set()  # the counted assert statements that ran
         self.status = "failed"
         self.message = ""
         self.globals: dict[str, Any] = {}
@@ -164,6 +192,8 @@ class _Tester:
             raised = reply.get("raise")
             if type(raised) is list and len(raised) == 2 and all(type(x) is str for x in raised):
                 name, text = raised
+                if name in _CONTROL_FLOW:
+                    self.control_flow(name, text)
                 cls = _BUILTIN_EXCEPTIONS.get(name)
                 try:
                     exc = cls(text) if cls is not None else CandidateError(f"{name}: {text}")
@@ -183,15 +213,27 @@ class _Tester:
         self.record_failure(status, message)
         raise _Abort(message)
 
-    def _pass(self) -> None:  # called by rewritten asserts
+    def control_flow(self, name: str, text: str) -> NoReturn:
+        """The candidate raised ``name`` (in ``_CONTROL_FLOW``): a failure, recorded
+        now, whatever the test does with the exception."""
+        message = f"the candidate raised {name}" + (f": {text}" if text else "")
+        self.record_failure("failed", message)
+        if not self.partial:
+            raise _Abort(message)
+        raise _CountedCandidateError(f"{name}: {text}")
+
+    def _pass(self, key: tuple[int, int]) -> None:  # called by rewritten asserts
+        self.ran.add(key)
         self.passed += 1
 
-    def _fail(self, lineno: int, e: BaseException) -> None:  # called by rewritten asserts
+    def _fail(self, key: tuple[int, int], lineno: int, e: BaseException) -> None:  # called by rewritten asserts
+        self.ran.add(key)
         if isinstance(e, AssertionError):
             text = f"assertion failed (line {lineno})" + (f": {e}" if str(e) else "")
         else:
             text = f"line {lineno}: {type(e).__name__}: {e}"
-        self.record_failure("failed", text)
+        if not isinstance(e, _CountedCandidateError):
+            self.record_failure("failed", text)
         if not self.partial:
             raise _Abort(text)
 
@@ -203,6 +245,8 @@ class _Tester:
             units, static_asserts, wanted = self._compile_tests(job["tests"])
         except Exception as e:
             return self._invalid(f"tests do not compile: {exception_text(e)}")
+        if static_asserts == 0:
+            return self._invalid("the tests have no assert statement (besides constant ones): nothing to pass")
         g = self.globals
         g.update({"__name__": "__rlvr_tests__", "__builtins__": builtins,
                   "__rlvr_abort__": _Abort, "__rlvr_pass__": self._pass, "__rlvr_fail__": self._fail})
@@ -222,14 +266,19 @@ class _Tester:
                 except _Abort:
                     raise
                 except BaseException as e:
-                    self.record_failure("failed", f"{type(e).__name__}: {e}")
+                    if not isinstance(e, _CountedCandidateError):
+                        self.record_failure("failed", f"{type(e).__name__}: {e}")
                     if not self.partial:
                         raise _Abort(str(e)) from None
         except _Abort:
             pass
-        if self.failed == 0:
+        if self.failed == 0 and len(self.ran) == static_asserts:
             return {"status": "passed", "passed": self.passed, "total": self.passed, "message": ""}
-        total = max(self.passed + self.failed, static_asserts)
+        if self.failed == 0:  # only assert statements that never ran stand between this run and a pass
+            self.status, self.message = "failed", f"{len(self.ran)} of {static_asserts} asserts ran"
+            total = self.passed + static_asserts - len(self.ran)  # each counts as one failed assert
+        else:
+            total = max(self.passed + self.failed, static_asserts)
         return {"status": self.status, "passed": self.passed, "total": total, "message": self.message}
 
     def _invalid(self, message: str) -> dict:
@@ -256,7 +305,7 @@ class _Tester:
         loads: set[str] = set()
         bound: set[str] = set()
         for index, text in enumerate(tests):
-            code, n, unit_loads, unit_bound = _compile_unit(text, f"test_{index}.py")
+            code, n, unit_loads, unit_bound = _compile_unit(text, index)
             units.append(code)
             count += n
             loads |= unit_loads
