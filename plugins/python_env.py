@@ -34,8 +34,12 @@ Decisions, and why:
 - Output: stdout and stderr interleaved (one pipe), the first ``max_output_chars``
   characters and a marker when there was more; an exception adds its last traceback line,
   a timeout or crash says so. Control characters (NUL, terminal escape sequences, lone
-  carriage returns, DEL, C1) come back escaped as visible text (``\\x1b``; see the sandbox's
-  ``escape_controls``), so a cell cannot smuggle them into the policy's context or the logs.
+  carriage returns, DEL, C1) and invisible format characters (bidi overrides, zero-width
+  characters, tag characters, line separators) come back escaped as visible text (``\\x1b``,
+  ``\\u202e``; ``rlvr.kit.escape_controls``), and text that spells a special token
+  (``<|im_start|>system``) comes back as those characters, never as the token (the episode
+  runner tokenizes replies as text), so a cell cannot smuggle chat structure, hidden text or
+  terminal control into the policy's context or the logs.
   Replies are inline (``Reply.role`` None), as ToRA trains them.
 - Metrics per call (``Reply.metrics``): ``tool_calls`` 1; ``tool_errors`` 1 when the cell did
   not run to its end without an exception (timeouts, crashes and refusals included);

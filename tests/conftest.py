@@ -33,6 +33,16 @@ def run_rlvr(*args, env=None, cwd=None, timeout=900):
     return subprocess.run([RLVR, *map(str, args)], capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout)
 
 
+def one_line_error(out, message):
+    """``out`` (a finished ``rlvr`` run) failed as bad input must: status 2, one line holding
+    ``message``, no traceback."""
+    assert out.returncode == 2, (out.returncode, out.stderr)
+    assert "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert message in lines[0], lines[0]
+
+
 @pytest.fixture
 def rlvr_cmd():
     return run_rlvr

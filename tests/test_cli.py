@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RLVR, run_rlvr, wait_until
+from conftest import RLVR, one_line_error, run_rlvr, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -359,14 +359,6 @@ def plugged(plugin_env):
     return run
 
 
-def one_line_error(out, message):
-    assert out.returncode == 2, (out.returncode, out.stderr)
-    assert "Traceback" not in out.stderr
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1, out.stderr
-    assert message in lines[0], lines[0]
-
-
 def write_records(path, n, **extra):
     path.write_text("".join(json.dumps({"completion": f"c{i}", "answer": f"c{i}", **extra}) + "\n" for i in range(n)))
     return path
@@ -397,22 +389,24 @@ def test_score_output_stream_targets_are_written_not_replaced(plugged, tmp_path)
 
 
 @pytest.mark.slow
-def test_score_writes_through_a_symlink_and_keeps_modes(plugged, plugin_env, tmp_path):
-    """A symlink to a file: the target is replaced atomically, the link stays. A replaced file
-    keeps its mode; a new one follows the umask."""
+def test_score_refuses_a_symlink_and_keeps_modes(plugged, plugin_env, tmp_path):
+    """A symlink is never written through (tests/test_output_links.py: one another user planted).
+    A replaced file keeps its mode; a new one follows the umask."""
     src = write_records(tmp_path / "in.jsonl", 2)
     target = tmp_path / "target.jsonl"
     target.write_text("old\n")
     target.chmod(0o640)
     link = tmp_path / "link.jsonl"
     link.symlink_to(target.name)
-    out = plugged("score", "--reward", "needy", "--input", src, "--output", link)
+    one_line_error(plugged("score", "--reward", "needy", "--input", src, "--output", link), "is a symlink")
+    assert link.is_symlink() and os.readlink(link) == target.name and target.read_text() == "old\n"
+    out = plugged("score", "--reward", "needy", "--input", src, "--output", target)
     assert out.returncode == 0, out.stderr
-    assert link.is_symlink() and os.readlink(link) == target.name
     assert len(target.read_text().splitlines()) == 2 and stat.S_IMODE(target.stat().st_mode) == 0o640
     dangling = tmp_path / "dangling.jsonl"
     dangling.symlink_to("nowhere.jsonl")
-    one_line_error(plugged("score", "--reward", "needy", "--input", src, "--output", dangling), "does not exist")
+    one_line_error(plugged("score", "--reward", "needy", "--input", src, "--output", dangling), "is a symlink")
+    assert not (tmp_path / "nowhere.jsonl").exists()
     for umask, mode in ((0o022, 0o644), (0o077, 0o600), (0o002, 0o664)):
         new = tmp_path / f"new-{umask:o}.jsonl"
         code = f"import os, sys; os.umask({umask}); os.execv(sys.argv[1], sys.argv[1:])"

@@ -282,7 +282,8 @@ def test_a_call_whose_worker_dies_is_charged_its_wall_time(monkeypatch):
     ("\r", "\\r"),
     ("\x7f\x80\x85\x9b\x9f", "\\x7f\\x80\\x85\\x9b\\x9f"),
     ("\x0b\x0c\x1f", "\\x0b\\x0c\\x1f"),
-    ("é ü 中 \xa0 \u2028 \\x41", "é ü 中 \xa0 \u2028 \\x41"),  # printable and non-ASCII text stays
+    ("é ü 中 \xa0 \\x41", "é ü 中 \xa0 \\x41"),  # printable and non-ASCII text stays
+    ("\u2028\u202e\u200b", "\\u2028\\u202e\\u200b"),  # and invisible format characters do not (rlvr.kit)
     ("", ""),
 ])
 def test_escape_controls(raw, shown):

@@ -4,8 +4,9 @@ verdict, with the program's text escaped by ``escape_controls``)."""
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
+
+from rlvr.kit import escape_controls  # the sandbox's results are escaped as everything else rlvr shows
 
 from .limits import DEFAULT_KEEP_OUTPUT, DEFAULT_MAX_OUTPUT, DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT, GRACE
 
@@ -93,20 +94,3 @@ class Result:
     def ok(self) -> bool:
         return self.status in ("passed", "ok")
 
-
-# C0 controls but tab and newline, DEL, and C1 controls: what a terminal, a log viewer
-# or a tokenizer may act on rather than show. (\r\n is normalised to \n first.)
-_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-
-
-def escape_controls(text: str) -> str:
-    """``text`` with its control characters written out as Python's ``repr`` writes
-    them (``\\x00``, ``\\x1b``, ``\\r``, ``\\x85``), so that program output shown to a
-    model or written to a log cannot carry terminal escape sequences, NULs or
-    carriage-return overwrites. Newlines and tabs stay; ``\\r\\n`` becomes ``\\n``."""
-    return _CONTROLS.sub(_escape_one, text.replace("\r\n", "\n"))
-
-
-def _escape_one(match: re.Match) -> str:
-    char = match.group()
-    return "\\r" if char == "\r" else f"\\x{ord(char):02x}"

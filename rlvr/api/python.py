@@ -85,7 +85,7 @@ def train(recipe: str | Path | Mapping[str, Any], *, overrides: Mapping[str, Any
 
     rec, registry = prepare(recipe, overrides, rewards, tasks, profile)
     out = Path(output_dir) if output_dir is not None else Path("runs") / rec.name
-    check_folder_target(out, "output_dir")
+    check_folder_target(out, "output_dir", private=True)
     with _process_env():
         summary = run_training(rec, registry, out, resume=resume, verbose=verbose)
     return TrainResult(out, summary)
@@ -122,7 +122,7 @@ def evaluate(recipe: str | Path | Mapping[str, Any], model: str | Path | None = 
     extra = {"model.name": str(model)} if model is not None else {}
     rec, registry = prepare(recipe, overrides, rewards, tasks, profile, extra)
     out = Path(output_dir) if output_dir is not None else Path("runs") / f"eval-{rec.name}"
-    check_folder_target(out, "output_dir")
+    check_folder_target(out, "output_dir", private=True)
     with RunOutput(out, rank=0, verbose=verbose, total_steps=0, name="eval", announce=False):
         report = run_evaluation(rec, registry, out)
     return EvalResult(out, report)

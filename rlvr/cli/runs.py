@@ -38,7 +38,7 @@ def train(recipe, overrides, profile, max_steps, output_dir, resume, model, verb
     registry = _registry()
     rec = _load_resolved(recipe, list(overrides), profile, registry, settings)
     output_dir = output_dir or Path("runs") / rec.name
-    check_folder_target(output_dir, "--output-dir")
+    check_folder_target(output_dir, "--output-dir", private=True)
     if rec.sampling.mode == "server" and rec.sampling.server.urls:
         from rlvr.sampling.server import running_samplers_secret
 
@@ -88,7 +88,7 @@ def eval_cmd(recipe, model, split, limit, ks, output_dir, verbose, overrides, pr
     registry = _registry()
     rec = _load_resolved(recipe, list(overrides), profile, registry, settings)
     output_dir = output_dir or Path("runs") / f"eval-{rec.name}"
-    check_folder_target(output_dir, "--output-dir")
+    check_folder_target(output_dir, "--output-dir", private=True)
     from rlvr.evaluation.evaluate import evaluate, report_markdown
     from rlvr.runs.logs import RunOutput
 
@@ -178,6 +178,11 @@ def sampler(recipe, overrides, profile, model, host, port, secret_file, print_co
     from rlvr.sampling.server import sampler_launch
 
     port = port or rec.sampling.server.port or 8000
+    log_file = None if verbose or print_command else (log_file or Path(f"sampler-{port}.log"))
+    if log_file is not None:  # before the model loads; never through a link: it may have been planted
+        from rlvr.kit import open_append
+
+        log_fd = open_append(log_file, "--log-file")
     command, env = sampler_launch(rec, registry, host=host, port=port)
     if print_command:  # the secret stays out of the line, and out of anything it is pasted into
         env.pop(SECRET_ENV, None)
@@ -189,15 +194,6 @@ def sampler(recipe, overrides, profile, model, host, port, secret_file, print_co
     import socket
 
     where = socket.gethostname() if host in ("0.0.0.0", "::") else host
-    log_file = None if verbose else (log_file or Path(f"sampler-{port}.log"))
-    if log_file is not None:
-        from rlvr.runs.outputs import check_folder_target
-
-        check_folder_target(log_file.parent, f"--log-file {log_file}: folder")
-        try:
-            log_fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        except OSError as exc:
-            raise RlvrError(f"--log-file {log_file}: {exc.strerror}") from None
     click.echo(f"rlvr: sampler for {rec.name} on port {port}; trainers name it in sampling.server.urls as "
                f"http://{where}:{port}" + (f"; its output goes to {log_file}" if log_file else ""), err=True)
     sys.stdout.flush()

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rlvr.host.registry import Registry
+from rlvr.kit import write_replacing
 from rlvr.models.distributed import process_group_scope
 from rlvr.recipe.spec import Recipe
 from rlvr.rewards.runner import BoundReward, bind_rewards, score_batch
@@ -182,13 +183,11 @@ def evaluate(recipe: Recipe, registry: Registry, output_dir: Path) -> dict[str, 
         if key in rows[0]:
             result[f"by_{key}"] = breakdown(rows, per_prompt, key)
     result.update(model=recipe.model.name, recipe=recipe.name, task=recipe.eval_task.name, split=recipe.eval_split)
-    output_dir.mkdir(parents=True, exist_ok=True)
-    (output_dir / "report.json").write_text(json.dumps(result, indent=2))
-    with open(output_dir / "samples.jsonl", "w") as f:
-        for p in per_prompt:
-            row = rows[p["index"]]
-            f.write(json.dumps({"id": row.get("id") or row.get("task_id"), "samples": p["samples"]}, default=str) + "\n")
-    (output_dir / "report.md").write_text(report_markdown(result))
+    write_replacing(output_dir / "report.json", json.dumps(result, indent=2))
+    write_replacing(output_dir / "samples.jsonl", "".join(
+        json.dumps({"id": rows[p["index"]].get("id") or rows[p["index"]].get("task_id"), "samples": p["samples"]},
+                   default=str) + "\n" for p in per_prompt))
+    write_replacing(output_dir / "report.md", report_markdown(result))
     log.info(f"{recipe.eval_task.name} {recipe.eval_split}: accuracy {result['accuracy']:.3f} on {result['n']} "
              f"prompts; report in {output_dir}")
     return result

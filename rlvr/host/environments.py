@@ -29,7 +29,10 @@ class Reply:
     ``text`` follows the policy's turn: inline (``role=None``, e.g. a tool's output right after
     the code block that produced it), or as a chat message of ``role`` ("user", "tool", ...)
     that the model's chat template renders, closing the policy's message and opening its next
-    one. ``done`` ends the episode after this reply (its text, if any, is still appended).
+    one. ``text`` is data, never chat structure: the host escapes its control and invisible
+    format characters (``rlvr.kit.escape_controls``) and tokenizes it as text, so that no special
+    token (``<|im_start|>``) can come out of it; only the template's wrapping around a ``role``
+    message has them. ``done`` ends the episode after this reply (its text, if any, is still appended).
     ``metrics`` are summed over the episode and reported per episode as ``env/<key>``
     (``tool_calls``, ``tool_errors``, ``tool_timeouts`` are the conventional keys).
     """

@@ -5,7 +5,8 @@ and its helpers from here, nothing else of rlvr: the built-in plugins in ``plugi
 same (``tests/test_layout.py`` fails when one imports a private module). What is here:
 
 - text: ``completion_text`` (a completion's plain text, string or chat), ``one_line``
-  (an error message on one line);
+  (an error message on one line), ``escape_controls`` (text from outside, a program's output
+  or a reward's reason, with control and invisible format characters written out);
 - boxed answers: ``boxes`` (the span of every ``\\boxed{}``, in one pass), ``box_at``,
   ``last_boxed`` (the last box's content), ``BOX_RE`` (the command);
 - worker processes with a hard deadline per item, for checkers that may hang in C code:
@@ -16,7 +17,11 @@ same (``tests/test_layout.py`` fails when one imports a private module). What is
   folder first, a hub id when online), ``hub_rows`` (a hub dataset's split), ``data_dir`` (where offline copies live:
   ``RLVR_DATA_DIR``), ``cache_dir`` (rlvr's cache: ``RLVR_CACHE_DIR``), ``in_test_split``
   (the held-out side of a dataset without a test split, by a hash of each item's text or row);
-- scoring: ``soft_overlong_penalty`` (DAPO's length shaping).
+- scoring: ``soft_overlong_penalty`` (DAPO's length shaping);
+- files a user named, written without following a planted link: ``replacing`` (a file replaced
+  whole through a temporary file, or a FIFO/device written in place), ``write_replacing``,
+  ``open_append`` (a log), ``open_folder`` (a folder's descriptor, walked name by name),
+  ``remove_temporaries`` (for a signal handler).
 
 Every other part of rlvr may import it; it imports only the hook API.
 
@@ -26,15 +31,17 @@ May import: rlvr.
 from rlvr.kit.boxed import BOX_RE, box_at, boxes, last_boxed
 from rlvr.kit.data import cache_dir, data_dir, hub_rows, in_test_split, local_or_hub, read_jsonl
 from rlvr.kit.deadline import SoftTimeout, map_with_deadline, soft_limit, soft_seconds, unfinished
+from rlvr.kit.files import open_append, open_folder, remove_temporaries, replacing, write_replacing
 from rlvr.kit.scoring import soft_overlong_penalty
-from rlvr.kit.text import completion_text, one_line
+from rlvr.kit.text import completion_text, escape_controls, one_line
 from rlvr.kit.workers import DeadlinePool, PoolBroken, Result, shared_pool
 
 __all__ = [
-    "completion_text", "one_line",
+    "completion_text", "escape_controls", "one_line",
     "BOX_RE", "box_at", "boxes", "last_boxed",
     "DeadlinePool", "PoolBroken", "Result", "shared_pool",
     "SoftTimeout", "map_with_deadline", "soft_limit", "soft_seconds", "unfinished",
     "cache_dir", "data_dir", "hub_rows", "in_test_split", "local_or_hub", "read_jsonl",
     "soft_overlong_penalty",
+    "open_append", "open_folder", "remove_temporaries", "replacing", "write_replacing",
 ]

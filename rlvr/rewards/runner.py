@@ -4,6 +4,8 @@ A reward's failure spoils only the records it could not score: when a call on a 
 (or returns the wrong number of values, which cannot be matched to the records), each record
 of the batch is scored alone, so only the records whose call fails get ``None``, each with its
 reason in ``info["error"]``; a value that is not a finite number is ``None`` for its record.
+Every string in a reward's ``info`` and every error is escaped (``escape_controls``): a reason
+may quote a program's output, and is shown in logs, terminals and ``samples.jsonl``.
 Each failing record is counted and logged with the reward's name, and training goes on.
 Rewards run concurrently, one thread each (the slow work inside them - math checking,
 sandboxed code - runs in their own worker processes).
@@ -27,7 +29,7 @@ from typing import Any, Mapping, Sequence
 
 from rlvr import RlvrError, Score
 from rlvr.host.registry import REWARD_POSITIONAL, RewardSpec
-from rlvr.kit import one_line
+from rlvr.kit import escape_controls, one_line
 
 log = logging.getLogger("rlvr.rewards")
 
@@ -166,7 +168,7 @@ def run_reward(
     try:
         out = _call(reward, prompts, completions, completion_ids, kwargs)
     except Exception as exc:  # noqa: BLE001 - a reward's bug must not stop training
-        error = one_line(exc)
+        error = escape_controls(one_line(exc))
         if len(completions) == 1:
             return RewardRun([None], [{"error": error}], {0: error})
         run = RewardRun([], [], {}, batch_error=error)
@@ -186,10 +188,21 @@ def run_reward(
             error = f"reward returned {type(item).__name__} that cannot be read: {one_line(exc)}"
             value, info = None, {"error": error}
         run.values.append(value)
-        run.infos.append(info)
+        run.infos.append(_escaped(info))
         if error:
-            run.failed[i] = error
+            run.failed[i] = escape_controls(error)
     return run
+
+
+def _escaped(value: Any) -> Any:
+    """``value`` with every string in it (keys too) escaped by ``escape_controls``."""
+    if isinstance(value, str):
+        return escape_controls(value)
+    if isinstance(value, Mapping):
+        return {_escaped(k): _escaped(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_escaped(v) for v in value]
+    return value
 
 
 async def _await(awaitable):

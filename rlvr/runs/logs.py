@@ -17,6 +17,8 @@ import traceback
 from pathlib import Path
 from typing import Callable
 
+from rlvr.kit import open_append
+
 FORMAT = "%(asctime)s %(name)s %(levelname)s: %(message)s"
 
 
@@ -52,10 +54,9 @@ class RunOutput:
 
         sys.stdout.flush()
         sys.stderr.flush()
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        log_fd = open_append(self.path, "log")
         self._saved = (os.dup(1), os.dup(2))
         self._terminal = os.fdopen(os.dup(2), "w", buffering=1, encoding="utf-8", errors="replace")
-        log_fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         if self.verbose:  # everything to both: a thread copies a pipe to the log and the terminal
             read_fd, write_fd = os.pipe()
             self._tee = threading.Thread(target=_copy, args=(read_fd, [log_fd, os.dup(self._saved[1])]), daemon=True)

@@ -15,6 +15,8 @@ import zlib
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from rlvr.kit import open_append, write_replacing
+
 
 def is_maximum(name: str) -> bool:
     """Figures named ``*_max`` combine by taking the largest (over micro-batches, sampling rounds
@@ -220,9 +222,7 @@ def keep_steps(path: Path, done: int) -> None:
     """Rewrite ``path`` with only its rows of steps 1 to ``done`` (a run resumed after ``done``
     steps writes the rest again); the file is replaced whole, never left half written."""
     keep = [line for line, row in step_rows(path) if row["step"] <= done]
-    tmp = Path(path).with_suffix(".tmp")
-    tmp.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
-    os.replace(tmp, path)
+    write_replacing(path, "".join(line + "\n" for line in keep))
 
 
 class MetricsLog:
@@ -239,7 +239,7 @@ class MetricsLog:
     def write(self, row: dict) -> None:
         if not self.enabled:
             return
-        with open(self.path, "a", encoding="utf-8") as f:
+        with open(open_append(self.path, "metrics"), "a", encoding="utf-8") as f:
             f.write(json.dumps(row) + "\n")
             f.flush()
             os.fsync(f.fileno())

@@ -3,10 +3,13 @@
 What a path names decides how it is written:
 
 - ``-``: standard output.
-- an existing file that is not a regular file (a FIFO, ``/dev/null``, a terminal,
-  ``/dev/stdout``): written to as a stream, never replaced or removed.
-- a symlink to a regular file: written *through*: the new content replaces the link's
-  target atomically and the link stays as it was. A dangling symlink is refused.
+- one of this process's own descriptors (``/dev/stdout``, ``/dev/fd/3``, or a link to one):
+  written through the descriptor, never opened anew.
+- a symlink to anything else: refused with one line (``rlvr.kit.files``: a link another user
+  planted would choose the file replaced). A symlinked *folder* on the way is followed only
+  where the kernel's ``protected_symlinks`` would follow it.
+- an existing file that is not a regular file (a FIFO, ``/dev/null``, a terminal): written to
+  as a stream, never replaced or removed.
 - a regular file or a new name: written to a temporary file beside it and renamed over it
   at the end, so a failure, SIGINT or SIGTERM leaves the old file exactly as it was. A new
   file's mode follows the umask (``0666 & ~umask``); a replaced file keeps its mode.
@@ -21,29 +24,15 @@ from __future__ import annotations
 import os
 import re
 import signal
-import stat
 import sys
-import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Iterator
 
 from rlvr import RlvrError
+from rlvr.kit.files import open_folder, remove_temporaries, replacing
 
-_LIVE_TEMPORARIES: set[str] = set()
 _SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-def is_stream(path: str | os.PathLike) -> bool:
-    """``-`` or an existing file (followed through symlinks) that is neither a regular file nor a
-    folder: a FIFO, a device, a terminal. Written in place."""
-    if str(path) == "-":
-        return True
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return False
-    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
 _FD_PATH = re.compile(r"/(?:dev/fd|proc/self/fd|proc/(\d+)/fd)/(\d+)")
@@ -82,47 +71,14 @@ def same_file(a: str | os.PathLike, b: str | os.PathLike) -> bool:
         return os.path.realpath(a) == os.path.realpath(b)
 
 
-def _umask() -> int:
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)  # no other way to read it; put it back at once
-    os.umask(mask)
-    return mask
-
-
-def _target(path: Path, option: str) -> Path:
-    """The regular file to replace: ``path`` itself, or the file a symlink points to."""
-    if path.is_symlink():
-        real = Path(os.path.realpath(path))
-        if not real.exists():
-            raise RlvrError(f"{option} {path} is a symlink to {real}, which does not exist; give the file itself")
-        return real
-    return path
-
-
-def check_folder_target(path: str | os.PathLike, option: str) -> None:
-    """Refuse, before any work, a folder path that cannot be created: it or one of its parents
-    is an existing file (``--output-dir results.json/run``)."""
-    ancestor = Path(path)
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
-    if ancestor.exists() and not ancestor.is_dir():
-        where = "" if ancestor == Path(path) else f": {ancestor}"
-        raise RlvrError(f"{option} {path}{where} is a file, not a folder")
-
-
-def _make_parent(target: Path, option: str) -> None:
-    parent = target.parent
-    check_folder_target(parent, f"{option} {target}: folder")
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise RlvrError(f"{option} {target}: cannot create folder {parent}: {exc.strerror}") from None
+def check_folder_target(path: str | os.PathLike, option: str, *, private: bool = False) -> None:
+    """Refuse, before any work, a folder path that cannot be created (it or one of its parents
+    is an existing file: ``--output-dir results.json/run``) or that passes a link another user
+    planted in a shared folder; ``private``: also one that another user could plant links in
+    (``rlvr.kit.open_folder``)."""
+    fd = open_folder(path, option, private=private)
+    if fd is not None:
+        os.close(fd)
 
 
 @contextmanager
@@ -146,53 +102,12 @@ def open_output(path: str | os.PathLike, *, binary: bool = False, option: str = 
         with f:
             yield f
         return
-    if is_stream(path):
-        try:
-            f = open(path, mode, encoding=encoding)
-        except OSError as exc:
-            raise RlvrError(f"cannot write {option} {path}: {exc.strerror}") from None
-        with f:
-            yield f
-        return
-    target = _target(path, option)
-    if target.is_dir():
-        raise RlvrError(f"{option} {path} is a folder")
-    _make_parent(target, option)
-    try:
-        old = os.stat(target)
-    except FileNotFoundError:
-        old = None
-    # No signal between creating the temporary file and registering it for removal.
-    blocked = signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        _LIVE_TEMPORARIES.add(tmp)
-    except OSError as exc:
-        raise RlvrError(f"cannot write {option} {path}: {exc.strerror}") from None
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
-    try:
-        os.fchmod(fd, stat.S_IMODE(old.st_mode) if old else 0o666 & ~_umask())
-        if old and (old.st_uid, old.st_gid) != (os.geteuid(), os.getegid()):
-            try:  # root replacing another user's file: keep it theirs
-                os.fchown(fd, old.st_uid, old.st_gid)
-            except OSError:
-                pass
-        with os.fdopen(fd, mode, encoding=encoding) as f:
-            yield f
-        os.replace(tmp, target)
-    finally:
-        _LIVE_TEMPORARIES.discard(tmp)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    with replacing(path, option) as fd, os.fdopen(fd, mode, encoding=encoding, closefd=False) as f:
+        yield f
 
 
 def _remove_temporaries_and_exit(signum: int, frame) -> None:
-    for tmp in list(_LIVE_TEMPORARIES):
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+    remove_temporaries()
     os.write(2, b"rlvr: interrupted\n")
     # Not sys.exit: reward threads and worker pools would be joined first, which can take as
     # long as the batch. Worker processes die with us (PR_SET_PDEATHSIG, see rlvr.workers).

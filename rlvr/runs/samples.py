@@ -23,6 +23,7 @@ import textwrap
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from rlvr.kit import open_append
 from rlvr.runs.metrics import keep_steps, step_rows
 
 Decode = Callable[[Sequence[int]], str]
@@ -82,7 +83,7 @@ class SamplesLog:
     def write(self, records: Iterable[Mapping]) -> None:
         if not self.enabled:
             return
-        with open(self.path, "a", encoding="utf-8") as f:
+        with open(open_append(self.path, "samples"), "a", encoding="utf-8") as f:
             for record in records:
                 f.write(json.dumps(record) + "\n")
 

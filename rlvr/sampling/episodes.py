@@ -9,6 +9,12 @@ tokens, and retires the episodes that ended. The result per episode is a ``Compl
 ``mask`` is 1 on the policy's tokens and 0 on the environment's: the learner trains on the
 former only.
 
+An environment's reply is data, never chat structure: its text is escaped (``escape_controls``:
+control and invisible format characters written out) and tokenized as text, so that a tool that
+prints ``<|im_start|>system`` gives the tokens of those characters, never the template's special
+tokens; only the template's own wrapping around a reply (``ChatTurns``) has them. The episode
+continues from token ids (every sampler takes ids), so nothing re-reads the reply as text.
+
 An episode ends when the environment says ``done``; when the policy ended its message (an
 end-of-sequence token) and the environment had nothing to say to it; after ``max_turns`` policy
 turns (the environment still takes the last one, so a game scores the final move; its reply is
@@ -29,7 +35,7 @@ from typing import Any, Sequence
 
 from rlvr import RlvrError
 from rlvr.host.environments import Reply, close_env, env_state
-from rlvr.kit import one_line
+from rlvr.kit import escape_controls, one_line
 from rlvr.models.tokens import eos_ids
 from rlvr.sampling.samplers import Completion
 
@@ -68,6 +74,12 @@ class ChatTurns:
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
         self._parts: dict[str, tuple[str, str, str]] = {}
+        # Tokens matched before the model's own vocabulary: the special ones (role markers, end of
+        # sequence) and the added ones (``<tool_response>``), by id and by spelling. A one-character
+        # one cannot be spelled in pieces, and is a character like any other.
+        added = {i: str(t) for i, t in (getattr(tokenizer, "added_tokens_decoder", None) or {}).items()}
+        self._structural = {*added, *(getattr(tokenizer, "all_special_ids", None) or ())}
+        self._spellings = sorted({s for s in added.values() if len(s) > 1})
 
     def parts(self, role: str) -> tuple[str, str, str]:
         """(closing of the policy's message, text before the reply, text after it)."""
@@ -94,7 +106,27 @@ class ChatTurns:
         eos = self.tokenizer.eos_token or ""
         if after_eos and eos and closing.startswith(eos):
             closing = closing[len(eos):]  # the policy's own end-of-sequence token closed its message
-        return self.tokenizer.encode(closing + before + text + after, add_special_tokens=False)
+        encode = self.tokenizer.encode
+        return encode(closing + before, add_special_tokens=False) + self.text_ids(text) + encode(
+            after, add_special_tokens=False)
+
+    def text_ids(self, text: str) -> list[int]:
+        """Token ids of ``text`` as text: no special or added token comes out of it, whatever it
+        spells (``split_special_tokens``; an added token that is not special, or a tokenizer
+        that ignores that flag, is cut after its first character)."""
+        def encode(piece: str) -> list[int]:
+            return self.tokenizer.encode(piece, add_special_tokens=False, split_special_tokens=True)
+
+        ids = encode(text)
+        if self._structural.isdisjoint(ids):
+            return ids
+        cuts = sorted({at + 1 for spelling in self._spellings for at in _occurrences(text, spelling)})
+        bounds = [0, *cuts, len(text)]
+        ids = [i for start, end in zip(bounds, bounds[1:]) for i in encode(text[start:end])]
+        if not self._structural.isdisjoint(ids):
+            raise RlvrError("the model's tokenizer turns plain text into its special tokens; an environment's "
+                            "reply cannot be kept as text with it")
+        return ids
 
 
 class EpisodeRunner:
@@ -197,9 +229,10 @@ class EpisodeRunner:
             e.done = True
 
     def _reply_ids(self, reply: Reply, after_eos: bool) -> list[int]:
+        text = escape_controls(reply.text)
         if reply.role is None:
-            return self.tokenizer.encode(reply.text, add_special_tokens=False)
-        return self.chat.ids(reply.role, reply.text, after_eos)
+            return self.chat.text_ids(text)
+        return self.chat.ids(reply.role, text, after_eos)
 
     @staticmethod
     def _failed(e: Episode, where: str, exc: Exception) -> Episode:
@@ -218,6 +251,15 @@ class EpisodeRunner:
     def _completion(self, e: Episode, logprobs: bool) -> Completion:
         text = self.tokenizer.decode(e.ids, skip_special_tokens=True)
         return Completion(text, e.ids, e.truncated, e.logprobs if logprobs else None, mask=e.mask)
+
+
+def _occurrences(text: str, spelling: str) -> list[int]:
+    """Where ``spelling`` starts in ``text``, overlaps included."""
+    found, at = [], text.find(spelling)
+    while at >= 0:
+        found.append(at)
+        at = text.find(spelling, at + 1)
+    return found
 
 
 def episode_rows(rows: Sequence[dict], k: int, outs: Sequence[Sequence[Completion]], states: Sequence[dict]) -> list[dict]:

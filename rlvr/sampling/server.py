@@ -36,7 +36,7 @@ from typing import Callable, Iterable, Sequence
 import torch
 
 from rlvr import RlvrError
-from rlvr.kit import one_line
+from rlvr.kit import one_line, open_append
 from rlvr.sampling.auth import SECRET_ENV, SECRET_FILE_ENV, auth_headers, new_secret, required_secret
 from rlvr.sampling.samplers import (Completion, cpu_kv_cache_bytes, per_prompt, prompt_seed, sampler_dtype,
                                     sampler_sequences, sync_transport, whole_prefills)
@@ -122,8 +122,7 @@ class SamplerProcess:
         self.command, self.log_path, self.port = command, Path(log_path), port
         self.secret = env[SECRET_ENV]
         self.url = f"http://127.0.0.1:{port}"  # as rank 0 reaches it
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as log:
+        with os.fdopen(open_append(self.log_path, "sampler log"), "ab") as log:
             self.proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          preexec_fn=_child_setup)
         atexit.register(self.stop)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr import RlvrError
+from rlvr.kit import write_replacing
 from rlvr.training.pool import check_state as check_pool_state
 
 
@@ -97,9 +98,7 @@ def decode_rank_state(data: Any) -> RankState:
 
 def write_json_atomic(path: Path, data: dict) -> None:
     """A kill mid-write leaves the old file or none, never half of one."""
-    part = path.with_name(path.name + ".part")
-    part.write_text(json.dumps(data))
-    os.replace(part, path)
+    write_replacing(path, json.dumps(data))
 
 
 def save_checkpoint(engine, ckpt_dir: Path, state: TrainState, *, rank: int, data_position: int, keep_last: int,

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from rlvr import RlvrError
+from rlvr.kit import open_append, write_replacing
 from rlvr.evaluation.compare import describe, paired_change, paired_sums
 from rlvr.evaluation.evaluate import evaluate_with
 from rlvr.host.registry import Registry
@@ -115,7 +116,7 @@ class Evaluator:
             result["change_from_before"] = change
             line += f"; from before: {describe(change)}"
         if self.rank == 0:
-            with open(self.output_dir / "eval.jsonl", "a") as f:
+            with open(open_append(self.output_dir / "eval.jsonl", "eval log"), "a", encoding="utf-8") as f:
                 f.write(json.dumps({"tag": tag, "step": step, **result}) + "\n")
             log.info(line)
         return result
@@ -356,4 +357,4 @@ def _write_summary(summary: dict, output_dir: Path) -> None:
         log.info(f"curves: {summary['plot']}")
     except Exception as exc:  # noqa: BLE001 - a plot must not fail a finished run
         log.warning(f"could not plot: {exc}")
-    (output_dir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    write_replacing(output_dir / "summary.json", json.dumps(summary, indent=2, default=str))
