@@ -45,6 +45,17 @@ What it protects against, with ``isolation="bwrap"`` (the default):
   server and the tester) -- and when it ends the kernel kills everything it left
   behind (``setsid``, double forks, orphans). The only writable places,
   size-capped ``/tmp`` and ``/dev/shm``, are emptied after every program.
+- The host's kernel. Nothing in a jail is ever host uid 0: when rlvr runs as root,
+  each worker's ``bwrap`` is started (``launch.LAUNCHER``) as a uid of that worker's
+  own -- unused, named in no user database, no groups, no capabilities -- so the
+  jail's uid 65534 maps to it, and every root-owned file of the host (each sysctl,
+  ``/proc/sysrq-trigger``, whatever root-only file sits in a bound folder) is out of
+  reach. ``/proc/sys`` and ``/proc/pressure`` are bound read-only over the jail's
+  procfs and ``/sys`` is not mounted; a program's own user and mount namespace
+  cannot undo that (the read-only binds are locked; a fresh procfs or sysfs is
+  refused). A program pinned to a CPU (``pin_cpus``) cannot widen its set: a seccomp
+  filter fails ``sched_setaffinity`` (and every system call of a foreign ABI, by
+  which it could be reached under another number).
 - Resource abuse. rlimits per program (address space, CPU seconds, file size, open
   files, processes, no core dumps), a wall-clock deadline enforced from outside, a
   cap on stdout+stderr bytes, and -- where the cgroup v1 ``pids`` and ``memory``
@@ -55,13 +66,29 @@ What it protects against, with ``isolation="bwrap"`` (the default):
 - Terminal and log injection. Text that comes back from a program (``output``,
   ``message``) has its control characters escaped (``escape_controls``).
 
+Who runs as which uid:
+
+- ``bwrap``, rlvr as root: the jail (bwrap, fork server, zygote, tester, programs) runs
+  as the worker's private host uid, 65534 inside; the host process that drives it stays
+  root, and so does the launcher until it execs bwrap (joining the cgroups, binding the
+  interpreter's prefix where that uid could not reach it, e.g. under ``/root``).
+- ``bwrap``, rlvr as an ordinary user: the jail runs as that user (65534 inside).
+- ``process``, as root: the fork server, zygote and tester run as root; each program
+  runs as the worker's private uid, in a mount namespace of its own where ``/proc/sys``,
+  ``/sys``, ``/proc/sysrq-trigger`` and ``/proc/pressure`` are read-only (set up before
+  it drops to that uid, so it cannot undo it).
+- ``process``, as an ordinary user: everything runs as that user, with no mount
+  namespace: the kernel's own permissions are what keep the knobs shut (only the
+  files it opens to every user open for writing, and writing those sysctls needs
+  capabilities the program lacks).
+
 What it does not protect against:
 
 - Kernel bugs reachable from an unprivileged process, and whatever a process can
-  do inside namespaces it creates itself. No seccomp filter is installed.
-- Reads of the bound directories: when the host runs as root, sandboxed processes
-  are host uid 0 without capabilities, so a root-only file *inside* ``/usr`` or the
-  interpreter prefix would be readable. Nothing else of the host's tree is mounted.
+  do inside namespaces it creates itself. The only seccomp filter is the CPU-pinning
+  one: every other system call is open.
+- Reads of the bound directories' world-readable files (``/usr``, the interpreter's
+  prefix). Nothing else of the host's tree is mounted.
 - Channels between programs of one worker that do not affect verdicts: kernel
   keyrings of the sandbox's uid, and CPU-time or cache side channels.
 - Tests that are themselves weak (an assert that a wrong answer satisfies, a

@@ -1,7 +1,7 @@
 """The host's side of one worker (``Worker``): starting its jail -- in cgroups of its
 own where cgroup v1 is writable -- handing it jobs and reading its results over the
-jail's stdin/stdout, and killing and cleaning up after it; plus the cgroups and, for
-process isolation as root, the private uids that workers' programs run as."""
+jail's stdin/stdout, and killing and cleaning up after it; plus the cgroups and, as
+root, the private uids that workers' programs run as."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rlvr import RlvrError
 
 from .jail.wire import Closed, Timeout, recv, send, short, write_all
-from .launch import bootstrap_input, bwrap_command, python_command, unavailable_message
+from .launch import bootstrap_input, bwrap_command, launcher_command, python_command, unavailable_message
 
 if TYPE_CHECKING:
     from .jobs import Job
@@ -51,7 +51,8 @@ class Worker:
         self.cgroups: dict[str, str] = {}
         self.memory_limit = 0
         self.workdir: str | None = None  # process isolation: where program runs get their directories
-        self.uid: int | None = None  # process isolation as root: the uid/gid its programs run as
+        # As root: the host uid/gid its programs run as (bwrap: the whole jail; process: each program)
+        self.uid: int | None = None
         # One worker's processes hand each job along a chain (fork server, zygote,
         # candidate, tester) where only one of them runs at a time. On one CPU each
         # hand-off is a plain context switch; spread over CPUs each one waits for an
@@ -65,24 +66,25 @@ class Worker:
         import subprocess
 
         self._make_cgroups()
-        inner = bwrap_command(self.pool.bwrap) if self.pool.isolation == "bwrap" else python_command()
-        procs = [os.path.join(path, "cgroup.procs") for path in self.cgroups.values()]
-        # The shell joins the cgroups, then becomes the sandbox, so every process
-        # the sandbox ever starts is counted from its first instruction.
-        script = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 97; shift; done; shift; exec "$@"'
+        namespaces = self.pool.isolation == "bwrap"
+        if os.geteuid() == 0 and self.uid is None:
+            self.uid = _private_uid()  # kept across restarts
+        inner = bwrap_command(self.pool.bwrap) if namespaces else python_command()
+        # As root, bwrap runs as the worker's uid: the jail's uid 65534 maps to it, never to
+        # host root (which would own every /proc/sys knob). Process isolation keeps its fork
+        # server and tester as they are and gives the uid to each program (candidate).
         self.proc = subprocess.Popen(
-            ["/bin/sh", "-c", script, "sh", *procs, "--", *inner],
+            launcher_command(inner, cgroup_procs=[os.path.join(path, "cgroup.procs") for path in self.cgroups.values()],
+                             uid=self.uid if namespaces else None),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             env={"PATH": "/usr/bin:/bin"}, cwd="/", start_new_session=True, close_fds=True,
         )
-        if self.pool.isolation == "process":
+        if not namespaces:
             import tempfile
 
             self.workdir = tempfile.mkdtemp(prefix="rlvr-sandbox-")
             os.chmod(self.workdir, 0o711)  # programs (another uid under root) may enter their own subdirectory
-            if os.geteuid() == 0 and self.uid is None:
-                self.uid = _private_uid()  # kept across restarts
-        config = {"namespaces": self.pool.isolation == "bwrap", "workdir": self.workdir, "uid": self.uid,
+        config = {"namespaces": namespaces, "workdir": self.workdir, "uid": None if namespaces else self.uid,
                   "cgroup_procs": os.path.join(self.cgroups["pids"], "cgroup.procs") if "pids" in self.cgroups else None,
                   "user_processes": _count_user_processes(self.uid if self.uid is not None else os.getuid()),
                   "cpus": self.cpus}
@@ -249,7 +251,7 @@ def _count_user_processes(uid: int) -> int:
     return count
 
 
-# Process isolation as root: uids for workers' programs, one per worker, far above
+# As root: uids for workers' programs, one per worker, far above
 # what user databases and container tools hand out (< 0x70000000) and below the
 # sign bit. Where a program runs as a uid no other process has, kill(-1) -- which
 # signals every process of the caller's uid -- cannot reach another worker's program.

@@ -1,6 +1,7 @@
 """Linux primitives the jail's processes confine themselves with, through ctypes
 (imported lazily: the host imports none of this): namespaces (``unshare``, ``setns``),
-``prctl``, dropping every capability, rlimits, a fork without CPython's at-fork hooks,
+``prctl``, dropping every capability, a seccomp filter that keeps a pinned program on
+its CPUs (``forbid_affinity_changes``), rlimits, a fork without CPython's at-fork hooks,
 and descriptor hygiene (``move_fds``, ``null_stdio``)."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import struct
 from ..limits import MAX_FILE_BYTES
 
 
+CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWPID = 0x20000000
@@ -76,6 +78,74 @@ def drop_all_capabilities(last_cap: int) -> None:
     data = ctypes.create_string_buffer(24)
     _check(_libc().capset(header, data), "capset")
     _check(prctl(PR_SET_NO_NEW_PRIVS, 1), "no_new_privs")
+
+
+_MS_RDONLY, _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x1, 0x20, 0x1000, 0x4000, 0x40000
+# The host's kernel knobs: sysctls, sysfs, the SysRq trigger and pressure-stall triggers.
+KERNEL_KNOBS = ("/proc/sys", "/sys", "/proc/sysrq-trigger", "/proc/pressure")
+
+
+def _mount(source: str | None, target: str, flags: int) -> None:
+    import ctypes
+
+    encode = (lambda path: None if path is None else path.encode())
+    _check(_libc().mount(encode(source), encode(target), None, ctypes.c_ulong(flags), None), f"mount {target}")
+
+
+def read_only_kernel_knobs() -> None:
+    """In a mount namespace of this process's own, make ``KERNEL_KNOBS`` read-only, with
+    every mount beneath them. Needs CAP_SYS_ADMIN (process isolation as root, before the
+    program's uid is taken); once the capabilities are gone nothing can undo it."""
+    unshare(CLONE_NEWNS)
+    _mount(None, "/", _MS_REC | _MS_PRIVATE)
+    for knob in KERNEL_KNOBS:
+        if os.path.exists(knob):
+            _mount(knob, knob, _MS_BIND | _MS_REC)
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4].replace("\\040", " ") for line in f]
+    for point in points:
+        if any(point == knob or point.startswith(knob + "/") for knob in KERNEL_KNOBS):
+            _mount(None, point, _MS_REMOUNT | _MS_BIND | _MS_RDONLY)
+
+
+# seccomp: the filter sees struct seccomp_data {int nr; u32 arch; ...}. Per architecture:
+# its AUDIT_ARCH value, sched_setaffinity's number, and the bit that marks another ABI's
+# numbers sharing the architecture value (x86_64's x32), 0 where there is none.
+_SECCOMP_ARCH = {"x86_64": (0xC000003E, 203, 0x40000000), "aarch64": (0xC00000B7, 122, 0)}
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
+_RET_ALLOW, _RET_ERRNO = 0x7FFF0000, 0x00050000
+_LD_ABS_W, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
+
+
+def forbid_affinity_changes() -> bool:
+    """Install a seccomp filter on this process and all it starts: ``sched_setaffinity``
+    fails with EPERM (a program pinned to a CPU cannot widen its set), as does every system
+    call of a foreign ABI (i386's ``int 0x80``, x32), through which it could be reached by
+    another number. Needs ``no_new_privs``. False, and nothing installed, on an
+    architecture this does not know."""
+    import ctypes
+    import errno
+
+    known = _SECCOMP_ARCH.get(os.uname().machine)
+    if known is None:
+        return False
+    arch, setaffinity, abi_bit = known
+    deny = _RET_ERRNO | errno.EPERM
+    program = [
+        (_LD_ABS_W, 0, 0, 4),  # A = arch
+        (_JEQ_K, 1, 0, arch),
+        (_RET_K, 0, 0, deny),
+        (_LD_ABS_W, 0, 0, 0),  # A = nr
+        (_JGE_K, 0, 1, abi_bit or 0xFFFFFFFF),
+        (_RET_K, 0, 0, deny),
+        (_JEQ_K, 0, 1, setaffinity),
+        (_RET_K, 0, 0, deny),
+        (_RET_K, 0, 0, _RET_ALLOW),
+    ]
+    filters = ctypes.create_string_buffer(b"".join(struct.pack("=HBBI", *op) for op in program))
+    fprog = ctypes.create_string_buffer(struct.pack("@HP", len(program), ctypes.addressof(filters)))
+    _check(_libc().prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0), "seccomp")
+    return True
 
 
 _raw_fork_fn = None

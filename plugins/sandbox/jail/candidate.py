@@ -19,7 +19,9 @@ from .cage import (
     PR_SET_NO_NEW_PRIVS,
     PR_SET_PDEATHSIG,
     drop_all_capabilities,
+    forbid_affinity_changes,
     prctl,
+    read_only_kernel_knobs,
     set_rlimits,
     unshare,
 )
@@ -45,6 +47,8 @@ def candidate_main(sock: socket.socket, config: dict, workdir: str | None) -> No
         drop_all_capabilities(config["last_cap"])
         workdir = "/tmp"
     else:
+        if config["uid"] is not None:  # as root: the host's kernel knobs read-only for the program
+            read_only_kernel_knobs()
         prctl(PR_SET_NO_NEW_PRIVS, 1)
     try:  # if a cgroup runs out of memory, kill the candidate first
         fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
@@ -82,6 +86,8 @@ def candidate_main(sock: socket.socket, config: dict, workdir: str | None) -> No
     nproc = spec["max_procs"] + 4
     if not config["namespaces"]:
         nproc += config["user_processes"]
+    if config.get("cpus"):
+        forbid_affinity_changes()  # the worker's pinning holds for the program and all it starts
     set_rlimits(spec["timeout"], spec["memory_mb"], 256, nproc)
     os.chdir(workdir)
     if mode == "io":
