@@ -14,6 +14,7 @@ from typing import Callable, Iterator, TypeVar
 from rlvr import RlvrError, hookimpl
 from rlvr.kit import hub_rows, in_test_split, local_or_hub, read_jsonl
 from rlvr.kit.boxed import last_boxed
+from rlvr.kit.data import parse_json
 
 T = TypeVar("T")
 
@@ -228,7 +229,7 @@ def _read_file(path: Path):
         return read_jsonl(path)
     if name.endswith(".json"):
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = parse_json(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise RlvrError(f"{path}: not a readable JSON file ({exc})") from None
         data = data.get("data", data) if isinstance(data, dict) else data

@@ -143,6 +143,8 @@ def prepare(recipe, overrides, rewards, tasks, profile, extra: Mapping[str, Any]
     settings += list((extra or {}).items())
     # callables the recipe does not list count with weight 1.0
     rec = load_recipe(recipe, strings, profile, settings, defaults=[(f"rewards.{n}", 1.0) for n in rewards or {}])
+    if not isinstance(recipe, Mapping):  # its module:function rewards may come from its folder
+        registry.use_recipe(recipe)
     resolve(rec, registry)
     check_model_name(rec.model.name)
     check_trackers(rec.trainer.report_to)

@@ -69,21 +69,41 @@ def cli():
     """
 
 
+def _remember_allowed(ctx, param, value):
+    ctx.meta["rlvr.allow_modules"] = tuple(value)
+
+
+def _allow_module_option(fn):
+    """``--allow-module NAME``: read by :func:`_registry` (rlvr.host.imports)."""
+    return click.option("--allow-module", multiple=True, metavar="MODULE", expose_value=False,
+                        callback=_remember_allowed,
+                        help="Let a module:function reward import MODULE (and its submodules), although it is not "
+                        "in the recipe's folder, the current folder or a plugin; repeatable; also RLVR_ALLOW_MODULES "
+                        "(comma-separated). The standard library is always refused.")(fn)
+
+
 def _recipe_options(fn):
     fn = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe setting.")(fn)
     fn = click.option("--profile", default=None, help="Apply one of the recipe's profiles (e.g. cpu).")(fn)
-    return fn
+    return _allow_module_option(fn)
 
 
 def _registry():
+    """The plugins' registry, its references allowed what ``--allow-module`` names."""
+    from rlvr.host.imports import ImportPolicy
     from rlvr.host.registry import load_registry
 
-    return load_registry()
+    registry = load_registry()
+    ctx = click.get_current_context(silent=True)
+    registry.imports = ImportPolicy(allowed=ctx.meta.get("rlvr.allow_modules", ()) if ctx else ())
+    return registry
 
 
-def _load_resolved(path, overrides: list[str], profile: str | None, registry, settings=None):
+def _load_resolved(path, overrides: list[str], profile: str | None, registry, settings=None, import_code=True):
     """load_recipe + resolve; a name that does not resolve is reported with the recipe's path and
-    profile (load_recipe's own errors already carry them)."""
+    profile (load_recipe's own errors already carry them). A module:function reward is imported
+    only from where rlvr.host.imports allows (the recipe's folder among them), and only with
+    ``import_code``."""
     from rlvr.recipe.load import load_recipe
     from rlvr.recipe.resolve import resolve
 
@@ -91,8 +111,9 @@ def _load_resolved(path, overrides: list[str], profile: str | None, registry, se
     from rlvr.runs.tracking import check_trackers
 
     recipe = load_recipe(path, overrides, profile, settings)
+    registry.use_recipe(path)
     try:
-        resolve(recipe, registry)
+        resolve(recipe, registry, import_code)
         check_model_name(recipe.model.name)
         check_trackers(recipe.trainer.report_to)
     except RlvrError as exc:

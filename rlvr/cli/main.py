@@ -13,7 +13,7 @@ import click
 
 from rlvr import RlvrError
 from rlvr.cli import runs  # noqa: F401 - registers train, eval, pool, sampler, plot, samples
-from rlvr.cli.common import _Int, _load_resolved, _recipe_options, _registry, cli
+from rlvr.cli.common import _Int, _allow_module_option, _load_resolved, _recipe_options, _registry, cli
 
 
 def _cpus() -> int:
@@ -107,16 +107,25 @@ def rewards():
 @_recipe_options
 @click.option("--data", is_flag=True, help="Also read the first rows of the train and eval splits (and, under "
               "data.max_prompt_tokens, measure every prompt).")
-def validate(recipes, overrides, profile, data):
+@click.option("--import", "import_code", is_flag=True, help="Also import the code of module:function rewards, to "
+              "check their columns and options (without it, validate only says where that code would come from).")
+def validate(recipes, overrides, profile, data, import_code):
     """Check recipes fully (names, columns, batch shapes) without loading a model.
 
-    Every variant is checked: the recipe as given and with each of its profiles."""
+    Every variant is checked: the recipe as given and with each of its profiles. A module:function
+    reward is named with the file it would be imported from and why that is allowed; it is imported
+    (and its columns and options checked) only with --import."""
     from rlvr.kit.data import data_dir
     from rlvr.recipe.load import recipe_profiles
 
     registry = _registry()
     for path in recipes:
-        recipe = _load_resolved(path, list(overrides), profile, registry)
+        recipe = _load_resolved(path, list(overrides), profile, registry, import_code=import_code)
+        for name in recipe.rewards:
+            source = registry.reference(name)
+            if source is not None:
+                done = "imported and checked" if import_code else "not imported (--import checks it)"
+                click.echo(f"{path}: reward {name} imports {source.describe()}; {done}")
         if data:
             from rlvr.recipe.resolve import peek_rows
 
@@ -130,14 +139,15 @@ def validate(recipes, overrides, profile, data):
         profiles = recipe_profiles(path)
         for other in [None, *profiles]:
             if other != profile:
-                _load_resolved(path, list(overrides), other, registry)
+                _load_resolved(path, list(overrides), other, registry, import_code=import_code)
         checked = f"; checked with profiles: {', '.join(profiles)}" if profiles else ""
         click.echo(f"{path}: ok ({recipe.task.name}, rewards: {', '.join(recipe.rewards)}, "
                    f"{recipe.prompts_per_step} prompts x {recipe.sampling.num_generations} samples a step{checked})")
 
 
 @cli.command()
-@click.option("--reward", "reward_name", required=True, help="A registered reward name.")
+@click.option("--reward", "reward_name", required=True, help="A registered reward name, or module:function "
+              "(imported as a recipe's are: see --allow-module).")
 @click.option("--input", "input_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="JSONL (or .jsonl.gz) records, each with 'completion' and the reward's columns.")
 @click.option("--output", "output_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
@@ -149,6 +159,7 @@ def validate(recipes, overrides, profile, data):
               "default: the reward's own choice.")
 @click.option("--batch-size", type=_Int(1, MAX_BATCH_SIZE), default=256, show_default=True,
               help=f"Records per reward call: 1 to {MAX_BATCH_SIZE}.")
+@_allow_module_option
 def score(reward_name, input_path, output_path, options, workers, batch_size):
     """Score completions in a JSONL file with one reward.
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Sequence
 
 from rlvr import RlvrError
-from rlvr.kit.data import numbered_jsonl
+from rlvr.kit.data import numbered_jsonl, parse_json
 
 
 def paired_sums(before: Sequence[float], after: Sequence[float]) -> dict[str, float]:
@@ -116,7 +116,7 @@ def read_counts(path: Path) -> tuple[dict[str, tuple[int, int]], dict]:
         raise RlvrError(f"{samples}: no problems")
     report_path = samples.parent / "report.json"
     try:
-        report = json.loads(report_path.read_text()) if report_path.is_file() else {}
+        report = parse_json(report_path.read_text()) if report_path.is_file() else {}
     except json.JSONDecodeError as exc:
         raise RlvrError(f"{report_path}: not JSON ({exc})") from None
     if not isinstance(report, dict):

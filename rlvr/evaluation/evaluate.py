@@ -159,7 +159,7 @@ def _load_and_evaluate(recipe: Recipe, registry: Registry, keep_samples: bool,
     if recipe.sampling.backend == "hf":
         from transformers import AutoModelForCausalLM
 
-        model = AutoModelForCausalLM.from_pretrained(model_path)
+        model = AutoModelForCausalLM.from_pretrained(model_path, use_safetensors=True)
     new_tokens = max(recipe.eval_tokens, recipe.episode_tokens if recipe.environment else 0)
     # an in-process vLLM engine creates the default process group: it goes however we leave
     with process_group_scope():

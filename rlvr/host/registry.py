@@ -20,6 +20,7 @@ import pluggy
 from rlvr import RlvrError
 from rlvr.host import hookspecs
 from rlvr.host.hookspecs import RegisterEnvironment, RegisterReward, RegisterTask
+from rlvr.host.imports import CodeSource, ImportPolicy, load_callable
 from rlvr.host.options import OptionChecker, did_you_mean, option_checker
 from rlvr.kit import one_line
 
@@ -184,15 +185,44 @@ class Registry:
     environments: dict[str, Spec] = field(default_factory=dict)
     # Names a plugin registered wrongly: using one is an error with the reason; the rest work.
     broken: dict[str, str] = field(default_factory=dict)
+    # What a recipe's module:function references may import (rlvr.host.imports), and from where
+    # each was found; the top-level packages plugins were loaded from ("rlvr's plugins").
+    imports: ImportPolicy = field(default_factory=ImportPolicy)
+    sources: dict[str, CodeSource] = field(default_factory=dict)
+    plugin_packages: dict[str, str] = field(default_factory=dict)
 
     def reward(self, name: str) -> RewardSpec:
         """A registered reward, or a ``module:function`` reference (TRL's convention or rlvr's),
-        imported on first use from the current folder or the Python path."""
+        imported on first use once :meth:`reference` allows it."""
         if name not in self.rewards and ":" in name and name not in self.broken:
-            self.rewards[name] = reward_from_reference(name)
+            self.rewards[name] = reward_from_reference(name, self.reference(name))
         if name in self.broken:
             raise RlvrError(self.broken[name])
         return _lookup(self.rewards, name, "reward")
+
+    def reference(self, name: str) -> CodeSource | None:
+        """Where the module a ``module:function`` reward names would be imported from, and why
+        that is allowed, found without importing it; None for a registered name. One-line
+        ``RlvrError`` when the reference may not be imported."""
+        if ":" not in name:
+            return None
+        if name not in self.sources:
+            module, _, attr = name.partition(":")
+            if not module or not attr:
+                raise RlvrError(f"reward {name!r}: a reference is module:function")
+            try:
+                self.sources[name] = self.imports.locate(module, self.plugin_packages)
+            except RlvrError as exc:
+                raise RlvrError(f"reward {name!r}: {exc}") from None
+        return self.sources[name]
+
+    def use_recipe(self, path: str | os.PathLike) -> None:
+        """References resolve against the folder of the recipe at ``path`` from now on; those
+        found for another recipe are forgotten."""
+        self.imports = self.imports.for_recipe(path)
+        for name in self.sources:
+            self.rewards.pop(name, None)
+        self.sources.clear()
 
     def task(self, name: str) -> TaskSpec:
         return _lookup(self.tasks, name, "task")
@@ -259,26 +289,15 @@ def reward_signature(fn: Callable) -> tuple[tuple[str, ...], tuple[str, ...], di
     return tuple(columns), tuple(optional), options, accepts_any, convention
 
 
-def reward_from_reference(reference: str) -> RewardSpec:
+def reward_from_reference(reference: str, source: CodeSource) -> RewardSpec:
     """The reward a ``module:function`` reference names (a recipe's ``rewards:`` key), e.g.
-    ``my_rewards:reward_len`` or ``trl.rewards:think_format_reward``; the current folder is
-    searched first, as ``python -m`` would. One-line ``RlvrError`` when it cannot be had."""
-    import importlib
-
-    module_name, _, attr = reference.partition(":")
-    if not module_name or not attr:
-        raise RlvrError(f"reward {reference!r}: a reference is module:function")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    ``my_rewards:reward_len`` or ``trl.rewards:think_format_reward``, imported from ``source``
+    (``Registry.reference``). One-line ``RlvrError`` when it cannot be had."""
     try:
-        module = importlib.import_module(module_name)
-    except Exception as exc:  # noqa: BLE001 - whatever importing the user's module raises
-        raise RlvrError(f"reward {reference!r}: cannot import {module_name!r}: {one_line(exc)}") from None
-    fn = getattr(module, attr, None)
-    if not callable(fn):
-        raise RlvrError(f"reward {reference!r}: {module_name!r} has no function {attr!r}"
-                        f"{did_you_mean(attr, [n for n in dir(module) if callable(getattr(module, n))])}")
-    return make_reward_spec(reference, fn, plugin=f"module {module_name}", version="")
+        fn = load_callable(source, reference.partition(":")[2])
+    except RlvrError as exc:
+        raise RlvrError(f"reward {reference!r}: {exc}") from None
+    return make_reward_spec(reference, fn, plugin=f"module {source.module}", version="")
 
 
 def make_reward_spec(name: str, fn: Callable[..., Any], *, plugin: str, version: str, description: str | None = None,
@@ -304,6 +323,9 @@ def load_registry(pm: pluggy.PluginManager | None = None) -> Registry:
     """Call the registration hooks once; duplicates fail loudly naming both plugins."""
     pm = pm or get_plugin_manager()
     registry = Registry()
+    for plugin, dist in pm.list_plugin_distinfo():
+        if inspect.ismodule(plugin):
+            registry.plugin_packages.setdefault(plugin.__name__.split(".")[0], f"{dist.project_name}'s plugins")
 
     plugins = pm.get_plugins()
 

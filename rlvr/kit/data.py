@@ -14,6 +14,16 @@ from typing import Any, Iterator, Mapping
 from rlvr import RlvrError
 
 
+def parse_json(text: str | bytes) -> Any:
+    """``json.loads``, but JSON nested deeper than Python's stack allows (a hostile file: ``[[[[...``)
+    is a ``JSONDecodeError`` like any other bad JSON, not a ``RecursionError``: every reader of a
+    user's JSON catches one error and says one line."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply", text if isinstance(text, str) else "", 0) from None
+
+
 def read_jsonl(path: str | Path) -> Iterator[dict]:
     """The JSON objects of a JSONL file (``.gz``: gzip), skipping blank lines.
 
@@ -40,11 +50,9 @@ def numbered_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
                 if not line.strip():
                     continue
                 try:
-                    row = json.loads(line)
+                    row = parse_json(line)
                 except json.JSONDecodeError as exc:
                     raise RlvrError(f"{path}:{number}: not valid JSON ({exc.msg})") from None
-                except RecursionError:
-                    raise RlvrError(f"{path}:{number}: JSON nested too deeply") from None
                 if not isinstance(row, dict):
                     raise RlvrError(f"{path}:{number}: each line must be a JSON object")
                 yield number, row

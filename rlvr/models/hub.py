@@ -58,6 +58,11 @@ def check_model_name(name: str) -> None:
     if folder.is_dir():
         if not (folder / "config.json").is_file():
             raise RlvrError(f"model folder {name}: no config.json in it (not a transformers model folder)")
+        pickled = pickled_weights(folder)
+        if pickled:
+            raise RlvrError(f"model folder {name} holds pickled weights ({pickled}); rlvr loads safetensors only "
+                            "(unpickling can run code): convert it where you trust it, e.g. "
+                            "from_pretrained(...).save_pretrained(folder, safe_serialization=True)")
         return
     if name.startswith((".", "/", "~")):
         raise RlvrError(f"model folder not found: {name}")
@@ -65,6 +70,20 @@ def check_model_name(name: str) -> None:
     if close and "/" not in name:
         raise RlvrError(f"unknown model {name!r}: did you mean the alias {close[0]!r}? (a model is an alias, "
                         f"a folder, or a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct)")
+
+
+# Weight files torch writes with pickle; transformers and vLLM fall back to them without safetensors.
+PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
+
+
+def pickled_weights(folder: Path) -> str | None:
+    """The name of a pickled weights file in a model folder that has no ``*.safetensors`` (those
+    would be loaded instead), or None. rlvr loads models with ``use_safetensors=True`` and vLLM
+    with ``load_format="safetensors"``: this says so in one line before either starts."""
+    if any(folder.glob("*.safetensors")):
+        return None
+    found = sorted(path.name for pattern in PICKLED_WEIGHTS for path in folder.glob(pattern))
+    return found[0] if found else None
 
 
 def load_tokenizer(path: str, name: str | None = None):

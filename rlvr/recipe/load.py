@@ -20,10 +20,21 @@ from rlvr.host.registry import did_you_mean
 from rlvr.recipe.spec import Recipe
 
 
+# Nodes a recipe may hold once its aliases are expanded: real recipes hold hundreds; a 1 KB "billion
+# laughs" (nine aliases of nine aliases, nine deep) is 9^9 nodes, minutes for anything that walks them.
+MAX_EXPANDED_NODES = 100_000
+
+
 class RecipeLoader(yaml.SafeLoader):
     """PyYAML's safe loader, stricter: a key given twice in one mapping is an error (naming its
-    line), not a silent "last one wins"; and ``1e3``/``1e-6`` are numbers, as in YAML 1.2
-    (YAML 1.1 reads a float without a dot as a string, so ``steps: 1e3`` would be refused)."""
+    line), not a silent "last one wins"; ``1e3``/``1e-6`` are numbers, as in YAML 1.2 (YAML 1.1
+    reads a float without a dot as a string, so ``steps: 1e3`` would be refused); and a document
+    whose aliases expand past :data:`MAX_EXPANDED_NODES` nodes, or that contains itself, is refused
+    before it is built."""
+
+    def construct_document(self, node):
+        _check_expanded_size(node)
+        return super().construct_document(node)
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
@@ -45,6 +56,34 @@ class RecipeLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep)
 
 
+def _check_expanded_size(root: yaml.Node) -> None:
+    """Count the nodes of ``root`` with every alias expanded, each distinct node once (depth
+    first, without recursion); ``ConstructorError`` past the limit or on a node inside itself."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()  # the current path from the root
+    todo: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while todo:
+        node, children_done = todo.pop()
+        if id(node) in sizes:
+            continue
+        children = [] if isinstance(node, yaml.ScalarNode) else \
+            [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else list(node.value)
+        if children_done:
+            open_nodes.discard(id(node))
+            sizes[id(node)] = 1 + sum(sizes[id(child)] for child in children)
+            if sizes[id(node)] > MAX_EXPANDED_NODES:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"its aliases expand to more than {MAX_EXPANDED_NODES:,} values (an alias bomb?)",
+                    node.start_mark)
+            continue
+        if id(node) in open_nodes:
+            raise yaml.constructor.ConstructorError(None, None, "an alias refers to a node that contains it",
+                                                    node.start_mark)
+        open_nodes.add(id(node))
+        todo.append((node, True))
+        todo.extend((child, False) for child in children)
+
+
 RecipeLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
     re.compile(r"^[-+]?(?:[0-9][0-9_]*)(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
@@ -54,7 +93,10 @@ RecipeLoader.add_implicit_resolver(
 
 def load_yaml(text: str) -> Any:
     """YAML text as Python data, with :class:`RecipeLoader`'s rules."""
-    return yaml.load(text, Loader=RecipeLoader)  # noqa: S506 - a SafeLoader subclass
+    try:
+        return yaml.load(text, Loader=RecipeLoader)  # noqa: S506 - a SafeLoader subclass
+    except RecursionError:  # PyYAML's parser recurses once per level of nesting
+        raise yaml.YAMLError("nested too deeply") from None
 
 
 # Settings a recipe may write in short form, and their long form: `task: gsm8k` is
@@ -173,9 +215,9 @@ def _read(path: Path) -> dict:
         data = load_yaml(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
+        where = f": line {mark.line + 1}" if mark else ""
         problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise RlvrError(f"{path}:{where}: malformed YAML: {problem}") from None
+        raise RlvrError(f"{path}{where}: malformed YAML: {problem}") from None
     except UnicodeDecodeError:
         raise RlvrError(f"{path}: not a text file (not UTF-8)") from None
     except OSError as exc:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rlvr import RlvrError
+from rlvr.kit.data import parse_json
 
 
 def row_id(row: dict) -> Any:
@@ -50,9 +51,9 @@ def read_pool_file(path: str | Path) -> list[dict]:
             continue
         where = f"data.pool_file: {path} line {number}"
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            raise RlvrError(f"{where}: not JSON") from None
+            record = parse_json(line)
+        except json.JSONDecodeError as exc:
+            raise RlvrError(f"{where}: not JSON ({exc.msg})") from None
         if not isinstance(record, dict):
             raise RlvrError(f"{where}: not a JSON object")
         if not (isinstance(record.get("task"), str) and isinstance(record.get("split"), str)):

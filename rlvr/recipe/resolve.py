@@ -14,17 +14,19 @@ from typing import Iterator, Mapping
 
 from rlvr import RlvrError
 from rlvr.host.options import option_checker
-from rlvr.host.registry import Registry, did_you_mean
+from rlvr.host.registry import Registry, RewardSpec, did_you_mean
 from rlvr.kit.data import data_dir
 from rlvr.recipe.pool_file import check_pool_file
-from rlvr.recipe.spec import PromptConfig, Recipe, TaskRef, template_fields
+from rlvr.recipe.spec import PromptConfig, Recipe, RewardEntry, TaskRef, template_fields
 from rlvr.recipe.template import fields
 
 
-def resolve(recipe: Recipe, registry: Registry) -> None:
-    """Check every name in the recipe against what the plugins registered."""
-    _check_task(registry, recipe.task, recipe.prompt, [recipe.data.train_split], recipe, "")
-    _check_task(registry, recipe.eval_task, recipe.eval_prompt, [recipe.eval_split], recipe, "eval.")
+def resolve(recipe: Recipe, registry: Registry, import_code: bool = True) -> None:
+    """Check every name in the recipe against what the plugins registered. A ``module:function``
+    reward is located first (``Registry.reference``: refused unless the user chose its code);
+    with ``import_code=False`` it is not imported, and its columns and options go unchecked."""
+    _check_task(registry, recipe.task, recipe.prompt, [recipe.data.train_split], recipe, "", import_code)
+    _check_task(registry, recipe.eval_task, recipe.eval_prompt, [recipe.eval_split], recipe, "eval.", import_code)
     _check_correctness(recipe)
     if recipe.data.pool_file is not None:
         check_pool_file(recipe)  # the file and its selection; its rows are matched when they load
@@ -44,7 +46,15 @@ def task_columns(task, ref: TaskRef) -> tuple[str, ...]:
     return tuple(task.columns) or tuple(ref.options.get("columns") or ())
 
 
-def _check_task(registry: Registry, ref: TaskRef, prompt: PromptConfig, splits: list[str], recipe: Recipe, where: str) -> None:
+def _reward_specs(recipe: Recipe, registry: Registry, imported: bool) -> Iterator[tuple[str, RewardEntry, RewardSpec]]:
+    """(name, recipe entry, spec) of the recipe's rewards, but for the references left unimported."""
+    for name, entry in recipe.rewards.items():
+        if registry.reference(name) is None or imported:
+            yield name, entry, registry.reward(name)
+
+
+def _check_task(registry: Registry, ref: TaskRef, prompt: PromptConfig, splits: list[str], recipe: Recipe, where: str,
+                imported: bool) -> None:
     task = registry.task(ref.name)
     ref.options = {**ref.options, **_check_task_options(task, ref.options, where)}  # 1e3 -> 1000
     columns = set(task_columns(task, ref))
@@ -57,9 +67,8 @@ def _check_task(registry: Registry, ref: TaskRef, prompt: PromptConfig, splits: 
                 f"task {task.name!r} has no split {split!r}{did_you_mean(split, task.splits)}; "
                 f"it has: {', '.join(task.splits)}"
             )
-    _check_prompt(registry, columns, task.name, prompt, recipe, where)
-    for name, entry in recipe.rewards.items():
-        spec = registry.reward(name)
+    _check_prompt(registry, columns, task.name, prompt, recipe, where, imported)
+    for name, entry, spec in _reward_specs(recipe, registry, imported):
         spec.check_options(entry.options)  # names, types, choices and ranges, from the reward's signature
         for param, column in entry.columns.items():
             if param not in spec.columns + spec.optional_columns:
@@ -74,7 +83,7 @@ def _check_task(registry: Registry, ref: TaskRef, prompt: PromptConfig, splits: 
 
 
 def _check_prompt(registry: Registry, columns: set[str], task_name: str, prompt: PromptConfig, recipe: Recipe,
-                  where: str) -> None:
+                  where: str, imported: bool) -> None:
     """Fields name the task's columns, the template has one, and no reward's gold is shown."""
     used = template_fields(prompt, columns)
     missing = sorted(used - columns)
@@ -87,8 +96,8 @@ def _check_prompt(registry: Registry, columns: set[str], task_name: str, prompt:
         raise RlvrError(f"{where}prompt.template has no {{{{column}}}} field: every prompt would be the same "
                         f"(columns: {', '.join(sorted(columns))})")
     gold = {}
-    for name, entry in recipe.rewards.items():
-        for param in registry.reward(name).gold_columns:
+    for name, entry, spec in _reward_specs(recipe, registry, imported):
+        for param in spec.gold_columns:
             gold.setdefault(entry.columns.get(param, param), name)
     allowed = set(prompt.gold_in_prompt)
     for column in sorted(allowed - set(gold)):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
 from rlvr.kit import open_append, write_replacing
+from rlvr.kit.data import parse_json
 
 
 def is_maximum(name: str) -> bool:
@@ -210,7 +211,7 @@ def step_rows(path: Path) -> list[tuple[str, dict]]:
     out = []
     for line in Path(path).read_text(encoding="utf-8").splitlines():
         try:
-            row = json.loads(line)
+            row = parse_json(line)
         except json.JSONDecodeError:
             continue
         if isinstance(row, dict) and isinstance(row.get("step"), int):

@@ -7,6 +7,7 @@ import math
 from pathlib import Path
 
 from rlvr import RlvrError
+from rlvr.kit.data import parse_json
 
 PANELS = [("reward_mean", "reward"), ("kl", "KL"), ("completion_len_mean", "completion length (tokens)"),
           ("zero_variance_frac", "zero-variance groups")]
@@ -25,8 +26,8 @@ def read_metrics(path: Path) -> list[dict]:
     rows = []
     for line in text.splitlines():
         try:
-            row = json.loads(line)
-        except (json.JSONDecodeError, RecursionError):
+            row = parse_json(line)
+        except json.JSONDecodeError:
             continue
         if isinstance(row, dict) and _number(row.get("step")) is not None:
             rows.append(row)

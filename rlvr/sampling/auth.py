@@ -25,6 +25,7 @@ import hmac
 import json
 import os
 import secrets
+import stat
 import sys
 
 SECRET_ENV = "RLVR_SAMPLER_SECRET"
@@ -74,9 +75,25 @@ def given_secret(secret_file: str | os.PathLike | None = None) -> tuple[str, str
         return "", SECRET_ENV
     try:
         with open(secret_file, encoding="utf-8") as f:
-            return f.readline().strip(), where
+            secret = f.readline().strip()
+            if secret:
+                warn_if_shared(f.fileno(), where)
+            return secret, where
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"{where}: cannot read {secret_file}: {getattr(exc, 'strerror', None) or exc}") from None
+
+
+def warn_if_shared(fd: int, where: str) -> bool:
+    """Say on stderr (one line) when the secret file open at ``fd`` is a regular file that its group
+    or other users may read or write: whoever reads the secret can drive the sampler, whoever writes
+    it can swap it. True when it warned."""
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode) or not mode & 0o077:
+        return False
+    who = " and ".join(w for w, bits in (("its group", 0o070), ("other users", 0o007)) if mode & bits)
+    print(f"rlvr: warning: {where} may be read or written by {who} (mode {stat.S_IMODE(mode):o}): "
+          "anyone who reads the secret can drive the sampler; chmod 600 it", file=sys.stderr)
+    return True
 
 
 def required_secret(needs: str, how: str = "", secret_file: str | os.PathLike | None = None) -> str:

@@ -18,6 +18,7 @@ from typing import Callable, Iterable, Iterator, Protocol, Sequence
 import torch
 
 from rlvr import RlvrError
+from rlvr.kit.data import parse_json
 from rlvr.models.lora import merged_adapters
 from rlvr.models.tokens import eos_ids, pad_batch
 
@@ -145,7 +146,7 @@ def model_config(model_path: str) -> dict:
     """A local model folder's ``config.json``, or {} when it has none."""
     try:
         with open(os.path.join(model_path, "config.json")) as f:
-            config = json.load(f)
+            config = parse_json(f.read())
     except (OSError, ValueError):
         return {}
     return config if isinstance(config, dict) else {}
@@ -237,6 +238,7 @@ class VLLMSampler:
             gpu_memory_utilization=gpu_memory_utilization,
             enforce_eager=on_cpu,
             enable_prefix_caching=True,
+            load_format="safetensors",  # never a pickle (rlvr.models.hub.pickled_weights)
             # log-probs of the distribution sampled from (after temperature/top-p), not the raw logits'
             logprobs_mode="processed_logprobs",
             # an engine in a child process receives weights by collective broadcast (rlvr.sampling.weight_sync)

@@ -59,6 +59,7 @@ def server_command(model_path: str, *, port: int, max_model_len: int, dtype: str
             "--served-model-name", "policy", "--host", host, "--port", str(port),
             "--dtype", sampler_dtype(dtype, on_cpu), "--max-model-len", str(max_model_len), "--seed", str(seed),
             "--gpu-memory-utilization", str(gpu_memory_utilization), "--enable-prefix-caching",
+            "--load-format", "safetensors",  # never a pickle (rlvr.models.hub.pickled_weights)
             "--weight-transfer-config", json.dumps({"backend": "rlvr"}), "--logprobs-mode", "processed_logprobs",
             "--disable-uvicorn-access-log", "--disable-fastapi-docs", "--middleware", "rlvr.sampling.auth.SamplerGuard",
             *(_cpu_flags(max_model_len) if on_cpu else []),

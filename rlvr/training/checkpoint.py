@@ -21,6 +21,7 @@ from typing import Any
 
 from rlvr import RlvrError
 from rlvr.kit import write_replacing
+from rlvr.kit.data import parse_json
 from rlvr.training.pool import check_state as check_pool_state
 
 
@@ -139,7 +140,7 @@ def read_rank_state(folder: Path, rank: int) -> RankState:
                             "which is not loaded because unpickling can run code; start a new run")
         raise RlvrError(f"--resume: {path} is missing (was the run started with another number of ranks?)")
     try:
-        state = decode_rank_state(json.loads(path.read_text()))
+        state = decode_rank_state(parse_json(path.read_text()))
     except (ValueError, UnicodeDecodeError) as exc:
         raise RlvrError(f"--resume: {path} is not a valid rank state ({' '.join(str(exc).split())[:200]})") from None
     if f"step{state.step}" != folder.name:

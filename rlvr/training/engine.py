@@ -39,6 +39,7 @@ from rlvr.kit import open_append, write_replacing
 from rlvr.evaluation.compare import describe, paired_change, paired_sums
 from rlvr.evaluation.evaluate import evaluate_with
 from rlvr.host.registry import Registry
+from rlvr.kit.data import parse_json
 from rlvr.models.distributed import process_group_scope
 from rlvr.models.hub import load_tokenizer, resolve_model
 from rlvr.recipe.spec import Recipe
@@ -140,7 +141,7 @@ class Evaluator:
         kept: dict[str, float] = {}
         for path in sorted(self.output_dir.glob("eval_before.rank*.json")):
             try:
-                data = json.loads(path.read_text())
+                data = parse_json(path.read_text())
             except (OSError, ValueError):
                 return None
             if data.get("settings") != self._settings():

@@ -149,7 +149,7 @@ def build_policy(recipe, model_path: str, *, world: int, device, cuda: bool):
     dtype = trainer_dtype(recipe.model.dtype, bf16_hardware(cuda))
     # on CPU bfloat16 is autocast over float32 weights (cpu_autocast), not DeepSpeed's bf16 mode
     bf16, fp16 = dtype == "bfloat16" and cuda, dtype == "float16"
-    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, use_safetensors=True)
     model.config.use_cache = False
     if recipe.model.gradient_checkpointing:
         model.gradient_checkpointing_enable()
@@ -171,7 +171,7 @@ def build_policy(recipe, model_path: str, *, world: int, device, cuda: bool):
     engine, *_ = deepspeed.initialize(model=model, model_parameters=params, optimizer=optimizer, config=config)
     ref_model = None
     if kl.beta > 0 and not recipe.model.lora:  # with LoRA the reference is the adapter-free base
-        ref_model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
+        ref_model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, use_safetensors=True)
         ref_model.config.use_cache = False
         if zero_stage == 3:
             ref_model, *_ = deepspeed.initialize(model=ref_model, config={**config, "zero_optimization": {"stage": 3}})

@@ -1,0 +1,214 @@
+"""A recipe runs only code its user chose (rlvr.host.imports).
+
+A hostile recipe once named the standard library's ``pty:spawn`` as a reward: ``rlvr validate``
+said ok and ``rlvr eval`` ran the prompts as a command. A ``module:function`` reward now resolves
+only to a module in the recipe's folder or the current folder, a plugin's package, or an
+allow-listed name, decided without importing it; these tests prove refused code never ran.
+"""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from conftest import run_rlvr
+from rlvr import RlvrError
+from rlvr.host.imports import DEFAULT_ALLOWED, ImportPolicy
+from rlvr.host.registry import Registry, load_registry
+
+RECIPE = """\
+name: refs
+task:
+  name: arithmetic
+  options: {{size: 40, max_operand: 20, operations: "+-", terms: 2}}
+prompt:
+  template: "{{{{question}}}}"
+rewards:
+  "{reference}": 1.0
+model: {{name: smollm2-135m-instruct}}
+"""
+
+
+def recipe(folder: Path, reference: str, name: str = "recipe.yaml") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(RECIPE.format(reference=reference))
+    return path
+
+
+def marker_module(folder: Path, name: str, marker: Path) -> Path:
+    """A module that writes ``marker`` when imported, with a reward in it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.py").write_text(textwrap.dedent(f'''
+        open({str(marker)!r}, "w").write("imported")
+
+        def exact(completions, answer, **kwargs):
+            return [float(c == a) for c, a in zip(completions, answer)]
+    '''))
+    return folder / f"{name}.py"
+
+
+def one_line_error(out, message: str) -> None:
+    assert out.returncode == 2, (out.returncode, out.stdout, out.stderr)
+    assert "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr
+    assert message in lines[0], lines[0]
+
+
+STDLIB = ["pty:spawn", "subprocess:run", "builtins:exec", "antigravity:x", "os:system"]
+
+
+@pytest.mark.parametrize("reference", STDLIB)
+def test_the_standard_library_is_refused_without_importing_it(reference, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    registry = Registry()
+    module = reference.partition(":")[0]
+    was_loaded = module in sys.modules
+    with pytest.raises(RlvrError, match=f"reward '{reference}': module '{module}' is part of Python's standard library"):
+        registry.reward(reference)
+    assert (module in sys.modules) == was_loaded  # antigravity (which opens a browser) was not imported
+    monkeypatch.setenv("RLVR_ALLOW_MODULES", module)  # not even when allow-listed
+    with pytest.raises(RlvrError, match="standard library"):
+        Registry().reward(reference)
+
+
+HOSTILE = """\
+name: hostile
+task:
+  name: dataset
+  options: {{path: {rows}, columns: [question, answer]}}
+prompt: {{template: "{{{{question}}}}", chat_template: false}}
+rewards:
+  "{reference}": 1.0
+model: {{name: smollm2-135m-instruct}}
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reference", STDLIB[:4])
+def test_validate_eval_and_train_refuse_the_standard_library_in_one_line_and_run_nothing(reference, tmp_path):
+    """The attack as it was: the prompts, passed to pty.spawn (or subprocess.run) as its argv,
+    are a command writing a marker file. Refused by every command; the marker never appears."""
+    marker = tmp_path / "ran"
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text("".join(f'{{"question": "{q}", "answer": "0"}}\n' for q in ["/bin/sh", "-c", f"id > {marker}"] * 4))
+    path = tmp_path / "r" / "hostile.yaml"
+    path.parent.mkdir()
+    path.write_text(HOSTILE.format(rows=rows, reference=reference))
+    for args in (["validate", path], ["validate", "--import", "--data", path],
+                 ["eval", path, "--output-dir", tmp_path / "out"], ["train", path, "--output-dir", tmp_path / "run"]):
+        out = run_rlvr(*args, cwd=tmp_path, timeout=300)
+        one_line_error(out, f"reward '{reference}': module '{reference.partition(':')[0]}' is part of Python's "
+                       "standard library")
+    assert not marker.exists()
+    assert not (tmp_path / "out").exists() and not (tmp_path / "run").exists()
+
+
+def test_a_function_an_allowed_module_imported_from_the_standard_library_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "helpers_reexport.py").write_text("from subprocess import run\nfrom os import system\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RlvrError, match="helpers_reexport:run is subprocess's 'run', which a recipe may not name"):
+        Registry().reward("helpers_reexport:run")
+    with pytest.raises(RlvrError, match="helpers_reexport:system is posix's 'system'"):
+        Registry().reward("helpers_reexport:system")
+
+
+def test_an_installed_module_not_allowed_is_refused_before_it_is_imported(tmp_path, monkeypatch):
+    """A module on sys.path (as site-packages is) but not in the recipe's or the current folder,
+    not a plugin's and not allow-listed: refused by its location, its code never run."""
+    marker = tmp_path / "imported"
+    elsewhere = tmp_path / "site"
+    marker_module(elsewhere, "sidefx_installed", marker)
+    monkeypatch.syspath_prepend(str(elsewhere))
+    monkeypatch.chdir(tmp_path)
+    registry = Registry(imports=ImportPolicy(recipe_folder=tmp_path / "r"))
+    with pytest.raises(RlvrError, match=r"module 'sidefx_installed' \(at .*sidefx_installed.py\) is not in the "
+                       r"recipe's folder or the current folder, not part of an rlvr plugin and not allow-listed: "
+                       r"allow it with --allow-module sidefx_installed"):
+        registry.reward("sidefx_installed:exact")
+    assert not marker.exists() and "sidefx_installed" not in sys.modules
+    with pytest.raises(RlvrError, match="module 'yaml' .* not allow-listed"):  # a real site-packages module
+        registry.reward("yaml:load")
+
+
+@pytest.mark.slow
+def test_validate_names_the_code_and_imports_it_only_when_asked(tmp_path):
+    marker = tmp_path / "imported"
+    elsewhere = tmp_path / "site"
+    module_file = marker_module(elsewhere, "sidefx_cli", marker)
+    path = recipe(tmp_path / "r", "sidefx_cli:exact")
+    env = {"PYTHONPATH": str(elsewhere)}
+    for args in (["validate", path], ["validate", "--import", path], ["eval", path, "--output-dir", tmp_path / "o"]):
+        one_line_error(run_rlvr(*args, cwd=tmp_path, env=env), "reward 'sidefx_cli:exact': module 'sidefx_cli'")
+    assert not marker.exists()
+
+    # allowed by the flag: validate says what it would import and does not import it
+    out = run_rlvr("validate", path, "--allow-module", "sidefx_cli", cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr
+    assert f"reward sidefx_cli:exact imports sidefx_cli from {module_file} (--allow-module); not imported" in out.stdout
+    assert not marker.exists()
+    # by the environment, and with --import: now it runs
+    out = run_rlvr("validate", "--import", path, cwd=tmp_path, env={**env, "RLVR_ALLOW_MODULES": "other,sidefx_cli"})
+    assert out.returncode == 0, out.stderr
+    assert "(RLVR_ALLOW_MODULES); imported and checked" in out.stdout and marker.exists()
+
+
+@pytest.mark.slow
+def test_a_module_beside_the_recipe_works_from_any_folder(tmp_path):
+    marker = tmp_path / "imported"
+    folder = tmp_path / "project"
+    module_file = marker_module(folder, "beside_recipe", marker)
+    path = recipe(folder, "beside_recipe:exact")
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    out = run_rlvr("validate", path, cwd=elsewhere)
+    assert out.returncode == 0, out.stderr
+    assert f"imports beside_recipe from {module_file} (in the recipe's folder); not imported" in out.stdout
+    assert not marker.exists()
+    out = run_rlvr("validate", "--import", path, cwd=elsewhere)
+    assert out.returncode == 0, out.stderr
+    assert "imported and checked" in out.stdout and marker.exists()
+
+
+def test_the_recipes_folder_and_the_current_folder_resolve_without_sys_path(tmp_path, monkeypatch):
+    from rlvr.api.python import prepare
+
+    marker = tmp_path / "imported"
+    folder = tmp_path / "project"
+    marker_module(folder, "api_beside", marker)
+    monkeypatch.chdir(tmp_path)
+    rec, registry = prepare(recipe(folder, "api_beside:exact"), None, None, None, None)
+    source = registry.reference("api_beside:exact")
+    assert (source.reason, source.path) == ("in the recipe's folder", str(folder / "api_beside.py"))
+    assert registry.reward("api_beside:exact").columns == ("answer",) and marker.exists()
+    # the current folder, and a module there shadowing an installed one is the folder's
+    (tmp_path / "cwd_rewards.py").write_text("def r(completions, **kwargs):\n    return [1.0] * len(completions)\n")
+    assert Registry().reference("cwd_rewards:r").reason == "in the current folder"
+
+
+def test_the_documented_trl_rewards_and_plugin_packages_are_allowed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    registry = load_registry()
+    assert DEFAULT_ALLOWED == ("trl.rewards",)
+    trl = pytest.importorskip("trl.rewards")
+    source = registry.reference("trl.rewards:think_format_reward")
+    assert source.reason == "allowed by default" and source.path == str(Path(trl.__file__).parents[1])
+    assert registry.reward("trl.rewards:think_format_reward").convention == "trl"
+    with pytest.raises(RlvrError, match="module 'trl' .* not allow-listed"):  # the rest of trl is not
+        registry.reference("trl:GRPOTrainer")
+    plugin = registry.reference("rlvr_plugins.format_reward:format_reward")
+    assert plugin.reason == "a package of rlvr's plugins"
+
+
+def test_a_refused_or_missing_reference_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for reference, message in [("nope_module_xyz:f", "cannot import 'nope_module_xyz': no module named"),
+                               ("a-b:f", "'a-b' is not a module name"),
+                               ("mod:", "a reference is module:function")]:
+        with pytest.raises(RlvrError, match=message) as err:
+            Registry().reward(reference)
+        assert "\n" not in str(err.value)

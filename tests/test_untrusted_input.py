@@ -1,0 +1,207 @@
+"""Hostile files a user may be handed: each is refused in one line (exit 2) and does no harm.
+
+A YAML alias bomb (1 KB, 9^9 values once expanded), JSON nested past Python's stack in any JSON
+file rlvr reads, a model folder whose weights are a pickle that runs a command, and a sampler
+secret in a file other users can read.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import run_rlvr
+from rlvr import RlvrError
+from rlvr.recipe.load import MAX_EXPANDED_NODES, load_recipe, load_yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DEEP_JSON = "[" * 100_000 + "]" * 100_000
+
+
+def alias_bomb(levels: int = 9) -> str:
+    """The "billion laughs": nine aliases of nine aliases, ``levels`` deep (9^9 strings at 9)."""
+    lines = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    names = "abcdefghijklmnopqrstuvwxyz"
+    for level in range(1, levels):
+        lines.append(f"{names[level]}: &{names[level]} [" + ", ".join([f"*{names[level - 1]}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def one_line_error(out, message: str) -> None:
+    assert out.returncode == 2, (out.returncode, out.stdout, out.stderr[-2000:])
+    assert "Traceback" not in out.stderr
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1, out.stderr[-2000:]
+    assert message in lines[0], lines[0]
+
+
+# ------------------------------------------------------------------ YAML
+
+
+def test_an_alias_bomb_is_refused_before_anything_walks_it(tmp_path):
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("name: bomb\n" + alias_bomb())
+    assert len(bomb.read_bytes()) < 1024
+    start = time.monotonic()
+    with pytest.raises(RlvrError, match=r"bomb.yaml: line \d+: malformed YAML: its aliases expand to more than "
+                       f"{MAX_EXPANDED_NODES:,} values"):
+        load_recipe(bomb)
+    assert time.monotonic() - start < 5  # it took over 300 s in _first_non_finite
+    with pytest.raises(Exception, match="alias bomb"):  # --set values are read by the same loader
+        load_yaml(alias_bomb())
+
+
+def test_aliases_within_the_limit_still_load(tmp_path):
+    data = load_yaml(alias_bomb(levels=4) + "base: &base {lr: 1.0e-5}\nprofile: {<<: *base, steps: 3}\n")
+    assert len(data["d"]) == 9 and data["d"][0][0][0] == ["lol"] * 9
+    assert data["profile"] == {"lr": 1e-5, "steps": 3}
+
+
+@pytest.mark.parametrize("text, message", [
+    ("a: &x [1, *x]\n", "an alias refers to a node that contains it"),
+    ("a: " + "[" * 50_000 + "]" * 50_000 + "\n", "malformed YAML: nested too deeply"),
+])
+def test_self_containing_and_deeply_nested_yaml_is_one_line(tmp_path, text, message):
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(RlvrError, match=message) as err:
+        load_recipe(path)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.slow
+def test_validate_refuses_an_alias_bomb_fast_in_one_line(tmp_path):
+    (tmp_path / "bomb.yaml").write_text("name: bomb\n" + alias_bomb())
+    start = time.monotonic()
+    out = run_rlvr("validate", "bomb.yaml", cwd=tmp_path, timeout=120)
+    one_line_error(out, "malformed YAML: its aliases expand to more than")
+    assert time.monotonic() - start < 60  # mostly the start of Python; minutes before
+
+
+# ------------------------------------------------------------------ JSON
+
+
+def test_every_json_reader_says_one_line_for_json_nested_too_deeply(tmp_path):
+    from rlvr.evaluation.compare import read_counts
+    from rlvr.kit import read_jsonl
+    from rlvr.kit.data import parse_json
+    from rlvr.recipe.pool_file import read_pool_file
+    from rlvr.runs.metrics import step_rows
+    from rlvr.runs.plotting import read_metrics
+    from rlvr.sampling.samplers import model_config
+    from rlvr.training.checkpoint import read_rank_state
+    from rlvr_plugins.tasks import dataset
+
+    with pytest.raises(json.JSONDecodeError, match="nested too deeply"):
+        parse_json(DEEP_JSON)
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text(DEEP_JSON + "\n")
+    (tmp_path / "deep.json").write_text(DEEP_JSON)
+    step = tmp_path / "run" / "step3"
+    step.mkdir(parents=True)
+    (step / "rlvr_rank0.json").write_text(DEEP_JSON)
+    evaluation = tmp_path / "eval"
+    evaluation.mkdir()
+    (evaluation / "samples.jsonl").write_text('{"id": 1, "samples": [{"correct": true}]}\n')
+    (evaluation / "report.json").write_text(DEEP_JSON)
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(DEEP_JSON)
+
+    refused = {
+        "rank state": (lambda: read_rank_state(step, 0), "rlvr_rank0.json is not a valid rank state (nested too deeply"),
+        "pool file": (lambda: read_pool_file(deep), "deep.jsonl line 1: not JSON (nested too deeply)"),
+        "jsonl": (lambda: list(read_jsonl(deep)), "deep.jsonl:1: not valid JSON (nested too deeply)"),
+        "eval report": (lambda: read_counts(evaluation), "report.json: not JSON (nested too deeply"),
+        "dataset .json": (lambda: list(dataset("train", data_dir=tmp_path, path=str(tmp_path / "deep.json"))),
+                          "deep.json: not a readable JSON file (nested too deeply"),
+        "metrics to plot": (lambda: read_metrics(deep), "has no rows with a numeric 'step'"),
+    }
+    for name, (read, message) in refused.items():
+        with pytest.raises(RlvrError) as err:
+            read()
+        assert message in str(err.value) and "\n" not in str(err.value), (name, str(err.value))
+    assert step_rows(deep) == []  # a run's own files: a line it cannot read is left out
+    assert model_config(str(model)) == {}
+
+
+@pytest.mark.slow
+def test_validate_refuses_a_deeply_nested_pool_file_in_one_line(tmp_path):
+    (tmp_path / "pool.jsonl").write_text(DEEP_JSON + "\n")
+    out = run_rlvr("validate", ROOT / "tasks" / "demo.yaml", "--set", f"data.pool_file={tmp_path / 'pool.jsonl'}",
+                   cwd=tmp_path)
+    one_line_error(out, "pool.jsonl line 1: not JSON (nested too deeply)")
+
+
+# ------------------------------------------------------------------ pickled model folders
+
+
+class _RunsACommand:
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+def pickled_model_folder(tmp_path: Path) -> tuple[Path, Path]:
+    from transformers import LlamaConfig
+
+    folder, marker = tmp_path / "pickled", tmp_path / "unpickled"
+    LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                num_key_value_heads=1).save_pretrained(folder)
+    (folder / "pytorch_model.bin").write_bytes(pickle.dumps({"weights": _RunsACommand(marker)}))
+    return folder, marker
+
+
+def test_a_model_folder_of_pickled_weights_is_refused_unread(tmp_path):
+    from rlvr.models.hub import check_model_name
+
+    folder, marker = pickled_model_folder(tmp_path)
+    with pytest.raises(RlvrError, match=r"model folder .*pickled holds pickled weights \(pytorch_model.bin\); rlvr "
+                       "loads safetensors only"):
+        check_model_name(str(folder))
+    assert not marker.exists()
+    (folder / "model.safetensors").write_bytes(b"")  # safetensors beside it are what is loaded
+    check_model_name(str(folder))
+
+
+@pytest.mark.slow
+def test_eval_and_train_refuse_a_pickled_model_folder_in_one_line(tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    folder, marker = pickled_model_folder(tmp_path)
+    for command in ("eval", "train", "validate"):
+        out = run_rlvr(command, ROOT / "tasks" / "demo.yaml", *(["--model", folder] if command != "validate" else
+                                                                 ["--set", f"model.name={folder}"]), cwd=tmp_path)
+        one_line_error(out, f"model folder {folder} holds pickled weights (pytorch_model.bin)")
+    # and the loaders themselves never fall back to the pickle
+    with pytest.raises(OSError):
+        AutoModelForCausalLM.from_pretrained(folder, use_safetensors=True)
+    assert not marker.exists()
+
+
+# ------------------------------------------------------------------ sampler secrets
+
+
+@pytest.mark.parametrize("mode, who", [(0o604, "other users"), (0o640, "its group"), (0o620, "its group"),
+                                       (0o644, "its group and other users"), (0o600, None), (0o400, None)])
+def test_a_secret_file_others_can_read_is_warned_about(tmp_path, capfd, mode, who):
+    from rlvr.sampling.auth import required_secret
+
+    path = tmp_path / "secret"
+    path.write_text("s" * 32 + "\n")
+    path.chmod(mode)
+    assert required_secret("needs a secret", secret_file=path) == "s" * 32
+    err = capfd.readouterr().err
+    if who is None:
+        assert err == ""
+    else:
+        assert err.count("\n") == 1
+        assert f"--secret-file {path} may be read or written by {who} (mode {mode:o})" in err
+        assert "chmod 600" in err
