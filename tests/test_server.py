@@ -142,6 +142,15 @@ def long_system_prompt(recipe) -> None:
     recipe.write_text(text.replace(short, 'system: "Answer in \\\\boxed{}.' + " Check every digit twice." * 40 + '"'))
 
 
+FRONT_FILES = 512  # the hand-started sampler's open-file limit: its front door's caps follow from it
+
+
+def _few_files():
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_NOFILE, (FRONT_FILES, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+
 @pytest.fixture(scope="module")
 def hand_started(tmp_path_factory, tiny_model, test_plugin):
     """One `rlvr sampler RECIPE --port P`, started by hand and shared by the tests below that
@@ -156,7 +165,7 @@ def hand_started(tmp_path_factory, tiny_model, test_plugin):
     port, log, terminal = free_port(), root / "sampler.log", root / "terminal.log"
     sampler = subprocess.Popen([RLVR, "sampler", recipe, "--port", str(port), "--log-file", log],
                                env={**env, SECRET_ENV: HAND_SECRET}, stdout=subprocess.DEVNULL,
-                               stderr=open(terminal, "w"), start_new_session=True)
+                               stderr=open(terminal, "w"), start_new_session=True, preexec_fn=_few_files)
     try:
         end = time.time() + 300
         while True:
@@ -278,3 +287,153 @@ def test_a_second_process_cannot_push_weights(hand_started, tiny_model):
         stranger.send([("model.norm.weight", torch.zeros(128))])
     stranger.close()
     assert _greedy(url, HAND_SECRET) == before and sampler.poll() is None
+
+
+# ---- strangers who only connect: the front door (rlvr.sampling.front) while the owner trains ----
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmRSS:"))
+
+
+def _open_files(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def _vllm_server(front: int) -> int:
+    """vLLM's API server: the front door's child."""
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if parent == front and b"vllm.entrypoints.openai.api_server" in f.read():
+                    return int(pid)
+        except (OSError, ValueError):
+            continue
+    raise AssertionError(f"no vLLM server under {front}")
+
+
+class Strangers:
+    """What a stranger without the secret can do to the sampler's port, at once and over and
+    over until ``stop()``: hold ``idle`` connections that send nothing and ``slow`` ones that send
+    a header line every half second (both reopened as the sampler closes them), and send one
+    header that never ends (up to 256 MiB)."""
+
+    def __init__(self, port: int, idle: int, slow: int):
+        import threading
+
+        self.port, self.idle, self.slow = port, idle, slow
+        self.closed_by_server = 0  # connections the sampler closed (or reset)
+        self.huge_sent = None  # bytes of the endless header sent before the sampler closed it
+        self.huge_answer = b""
+        self.done = threading.Event()
+        self.threads = [threading.Thread(target=self._hold, daemon=True), threading.Thread(target=self._huge, daemon=True)]
+        for t in self.threads:
+            t.start()
+
+    def _connect(self, first: bytes = b""):
+        import socket
+
+        s = socket.socket()
+        s.setblocking(False)
+        try:
+            s.connect(("127.0.0.1", self.port))
+        except BlockingIOError:
+            pass
+        return [s, first]
+
+    def _hold(self):
+        import select
+
+        slow_start = b"GET /health HTTP/1.1\r\n"
+        held = [self._connect() for _ in range(self.idle)] + [self._connect(slow_start) for _ in range(self.slow)]
+        while not self.done.is_set():
+            poll = select.poll()
+            for s, _ in held:
+                poll.register(s, select.POLLIN)
+            readable = {fd for fd, _ in poll.poll(0)}  # the end (or an answer, then the end): closed by the sampler
+            for i, (s, pending) in enumerate(held):
+                gone = s.fileno() in readable
+                if not gone and i >= self.idle:  # a slow one: one more header line, never the last
+                    try:
+                        s.send(pending or b"X-Slow: 1\r\n")
+                        held[i][1] = b""
+                    except BlockingIOError:  # still connecting
+                        pass
+                    except OSError:
+                        gone = True
+                if gone:  # and come back at once
+                    self.closed_by_server += 1
+                    s.close()
+                    held[i] = self._connect(slow_start if i >= self.idle else b"")
+            self.done.wait(0.5)
+        for s, _ in held:
+            s.close()
+
+    def _huge(self):
+        import socket
+
+        with socket.create_connection(("127.0.0.1", self.port), timeout=60) as s:
+            sent = 0
+            try:
+                s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nX-Huge: ")
+                while sent < 256 << 20:
+                    s.sendall(b"a" * (1 << 16))
+                    sent += 1 << 16
+                self.huge_answer = s.recv(4096)
+            except OSError:
+                try:
+                    self.huge_answer = s.recv(4096)
+                except OSError:
+                    pass
+            self.huge_sent = sent
+
+    def stop(self):
+        self.done.set()
+        for t in self.threads:
+            t.join(120)
+
+
+def test_strangers_holding_every_connection_they_can_do_not_keep_the_owner_out(tmp_path, tiny_model, test_plugin,
+                                                                               hand_started):
+    """While strangers hold more connections than the sampler allows them (idle, and slowly sent
+    headers) and send one endless header, the owner trains two steps through the same port
+    (generate and weight sync, every request with the secret) and asks for greedy answers: all
+    succeed. The sampler closes the strangers' connections (at its header deadline, or to make
+    room for newer ones), stays below its open-file limit, and neither its front door nor vLLM
+    grows in memory by more than a few MiB (vLLM never sees a stranger's byte)."""
+    from rlvr.sampling.front import RESERVED_FDS, connection_caps
+
+    sampler, urls = hand_started
+    url = urls.split("[", 1)[1].rstrip("]")
+    port = int(url.rsplit(":", 1)[1])
+    front, vllm = sampler.pid, _vllm_server(sampler.pid)  # `rlvr sampler` became the front door
+    waiting, admitted = connection_caps(FRONT_FILES)
+    rss = {pid: _rss_kib(pid) for pid in (front, vllm)}
+    strangers = Strangers(port, idle=3 * waiting, slow=waiting)
+    most_files = 0
+    try:
+        assert wait_until(lambda: strangers.closed_by_server > waiting)  # the slots are full: room is being made
+        recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm")
+        env[SECRET_ENV] = HAND_SECRET
+        out = tmp_path / "run"
+        proc = subprocess.Popen([RLVR, "train", recipe, "--output-dir", out, "--set", "sampling.mode=server",
+                                 "--set", urls], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        answers = 0
+        while proc.poll() is None:
+            most_files = max(most_files, _open_files(front))
+            _greedy(url, HAND_SECRET)
+            answers += 1
+        _, err = proc.communicate()
+        assert proc.returncode == 0, err[-3000:]
+        assert [r["step"] for r in rows(out)] == [1, 2] and answers > 0
+        assert wait_until(lambda: strangers.huge_sent is not None)
+    finally:
+        strangers.stop()
+    assert strangers.huge_sent < 16 << 20, strangers.huge_sent  # cut off after 16 KiB (and what the kernel's buffers took)
+    assert strangers.huge_answer == b"" or strangers.huge_answer.startswith(b"HTTP/1.1 431")
+    assert most_files <= RESERVED_FDS + waiting + 2 * admitted <= FRONT_FILES, most_files
+    assert _rss_kib(front) - rss[front] < 32 << 10 and _rss_kib(vllm) - rss[vllm] < 64 << 10, (rss, _rss_kib(front),
+                                                                                                  _rss_kib(vllm))
+    assert sampler.poll() is None

@@ -111,7 +111,9 @@ def test_server_command(on_cpu):
     command = server_command("/models/m", port=8123, max_model_len=1536, dtype="float16", seed=7,
                              gpu_memory_utilization=0.45, on_cpu=on_cpu, host="0.0.0.0",
                              kv_cache_bytes=(300 << 20) if on_cpu else None)
-    assert command[:3] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
+    # rlvr's front door on the port (vLLM behind it, on a Unix socket the front makes), vLLM's arguments after "--"
+    assert command[:3] == [sys.executable, "-m", "rlvr.sampling.front"] and "--" in command
+    assert "vllm.entrypoints.openai.api_server" not in command and "--uds" not in command
     assert option(command, "--model") == "/models/m"
     assert option(command, "--served-model-name") == "policy"  # the name ServerSampler asks for
     assert (option(command, "--host"), option(command, "--port")) == ("0.0.0.0", "8123")
@@ -160,6 +162,19 @@ def test_server_env_leaves_the_trainers_rendezvous_behind(trainer_env, on_cpu):
         assert env["VLLM_CPU_OMP_THREADS_BIND"] == "2,3" and env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3"
     else:
         assert env["CUDA_VISIBLE_DEVICES"] == "2,3" and "VLLM_CPU_OMP_THREADS_BIND" not in env
+
+
+@pytest.mark.parametrize("host, named, kept", [("127.0.0.1", "", "lo"), ("::1", None, "lo"), ("127.0.0.1", "eth1", "eth1"),
+                                               ("0.0.0.0", None, None), ("0.0.0.0", "eth1", "eth1")])
+def test_a_sampler_on_loopback_binds_its_workers_sockets_to_loopback(monkeypatch, host, named, kept):
+    """Unless the environment names an interface; a sampler other hosts reach keeps the environment's."""
+    for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        if named is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, named)
+    env = server_env(devices=None, on_cpu=True, host=host)
+    assert env.get("GLOO_SOCKET_IFNAME") == env.get("NCCL_SOCKET_IFNAME") == kept
 
 
 @pytest.mark.parametrize("devices", [None, []])
@@ -300,11 +315,14 @@ def expected_command(served_model, *, context: int, port: int = 8000, host: str 
 def test_sampler_prints_the_command_training_would_run(sampler_recipe, served_model, monkeypatch):
     monkeypatch.setenv("RANK", "2")
     monkeypatch.setenv("MASTER_PORT", "29500")
+    monkeypatch.delenv("GLOO_SOCKET_IFNAME", raising=False)
+    monkeypatch.delenv("NCCL_SOCKET_IFNAME", raising=False)
     parts, unset, assigned, command = printed(rlvr("sampler", sampler_recipe, "--print-command"))
     train_longest = longest_prompt(sampler_recipe, "train")
     # no evaluation in this run: only the train prompts and sampling.max_tokens size the context
     assert command == expected_command(served_model, context=train_longest + 48)
-    assert assigned == {"VLLM_SERVER_DEV_MODE": "1"}
+    # listening on loopback, its vLLM workers' gloo and NCCL sockets bind loopback too
+    assert assigned == {"VLLM_SERVER_DEV_MODE": "1", "GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
     assert {"RANK", "MASTER_PORT"} <= set(unset) and "PATH" not in unset
 
 

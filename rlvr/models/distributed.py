@@ -1,16 +1,82 @@
-"""The process groups rlvr's commands create, destroyed on every way out.
+"""The process groups rlvr's commands create: kept to this host when the run is, destroyed on every way out.
 
 A process group left to the interpreter's exit is torn down in whatever order Python frees
 things: NCCL then warns "destroy_process_group() was not called before program exit, which can
 leak resources", and its communicators may hang the exit. ``rlvr train`` creates the default
-group (DeepSpeed's ``init_distributed``); an in-process vLLM engine (``rlvr eval``, a one-rank
-``rlvr train``) creates one if none exists and does not always destroy it.
+group (``init_default_group``, which DeepSpeed then adopts); an in-process vLLM engine
+(``rlvr eval``, a one-rank ``rlvr train``) creates one if none exists and does not always destroy it.
+
+What listens where. torch's ``TCPStore`` serves on every interface whatever host it is given, and
+gloo binds the address the host name resolves to (a LAN address on many machines), so by default a
+one-process run would be reachable from the network. A run whose ranks all run on this host
+(``spans_hosts`` is false) keeps to loopback instead: a world of one rendezvous in memory (no
+listener at all); several ranks started with MASTER_ADDR/MASTER_PORT by a launcher without a store
+of its own (DeepSpeed's) meet at a store rank 0 serves on 127.0.0.1 only; gloo and NCCL sockets
+bind the loopback interface (``GLOO_SOCKET_IFNAME``/``NCCL_SOCKET_IFNAME`` ``lo``, inherited by the
+vLLM processes the run starts) unless the user named an interface. torchrun serves the store itself
+(on every interface: torch's launcher, not rlvr). A run across hosts binds the interfaces the user
+names in ``GLOO_SOCKET_IFNAME`` (CPU) or ``NCCL_SOCKET_IFNAME`` (GPU); its store, which the other
+hosts must reach, is torch's.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 from contextlib import contextmanager
 from typing import Iterator
+
+LOOPBACK = "127.0.0.1"
+LOOPBACK_INTERFACE = "lo"  # Linux's
+SOCKET_INTERFACE_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+
+
+def spans_hosts(world: int) -> bool:
+    """Whether this run's ranks span several hosts (torchrun and DeepSpeed's launcher set
+    LOCAL_WORLD_SIZE: the ranks on this host; without it, several ranks may be anywhere)."""
+    local = os.environ.get("LOCAL_WORLD_SIZE")
+    return world > 1 and (local is None or not local.isdigit() or int(local) < world)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (an address, or ``localhost``) is this host's loopback."""
+    import ipaddress
+
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+def listen(address: str, port: int = 0) -> socket.socket:
+    """A socket listening on ``address`` only (not every interface), on ``port`` (0: one the
+    kernel picks, so it cannot be taken between choosing and binding it): a ``TCPStore`` serves
+    on it when given it as ``master_listen_fd``."""
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((address, port))
+    sock.listen(128)
+    return sock
+
+
+def init_default_group(backend: str, rank: int, world: int) -> None:
+    """The default process group, its rendezvous on loopback where the run keeps to this host
+    (see the module's docstring); torch's own (``env://``) otherwise."""
+    import torch.distributed as dist
+
+    timeout = dist.default_pg_timeout
+    if world == 1:
+        store = dist.HashStore()
+    elif spans_hosts(world) or os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+        dist.init_process_group(backend, init_method="env://", rank=rank, world_size=world, timeout=timeout)
+        return
+    else:
+        port = int(os.environ["MASTER_PORT"])
+        listening = listen(LOOPBACK, port) if rank == 0 else None
+        store = dist.TCPStore(LOOPBACK, port, world, is_master=rank == 0, timeout=timeout, wait_for_workers=False,
+                              **({"master_listen_fd": listening.detach()} if listening else {}))
+    dist.init_process_group(backend, store=store, rank=rank, world_size=world, timeout=timeout)
 
 
 def destroy_process_group() -> None:
@@ -23,14 +89,24 @@ def destroy_process_group() -> None:
 
 
 @contextmanager
-def process_group_scope() -> Iterator[None]:
+def process_group_scope(world: int = 1) -> Iterator[None]:
     """A default process group created inside (by us, DeepSpeed or vLLM) is destroyed on leaving,
-    however it is left: normally, on an RlvrError, on Ctrl-C. One that existed before is left alone."""
+    however it is left: normally, on an RlvrError, on Ctrl-C. One that existed before is left alone.
+    Inside, a run of ``world`` ranks on this host binds gloo and NCCL to loopback, in this process
+    and the ones it starts, unless the environment names an interface already."""
     import torch.distributed as dist
 
     existed = dist.is_available() and dist.is_initialized()
+    before = {} if spans_hosts(world) else {name: os.environ.get(name) for name in SOCKET_INTERFACE_VARS
+                                             if not os.environ.get(name)}
+    os.environ.update({name: LOOPBACK_INTERFACE for name in before})
     try:
         yield
     finally:
         if not existed:
             destroy_process_group()
+        for name, value in before.items():  # as it was
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value

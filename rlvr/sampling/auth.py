@@ -119,19 +119,35 @@ def _digest(text: str | bytes) -> bytes:
     return hashlib.sha256(text.encode() if isinstance(text, str) else text).digest()
 
 
-class SamplerGuard:
-    """Pure ASGI middleware: 401 without the secret (any path), 404 for a route rlvr does not use.
+def secret_digest(secret: str | None) -> bytes | None:
+    """What ``bearer_matches`` compares with: None (nothing matches) when ``secret`` cannot
+    guard a sampler, after saying why on stderr (the sampler's log)."""
+    problem = secret_problem(secret)
+    if problem:  # fail closed, and say why in the sampler's log
+        print(f"rlvr: sampler: {problem} in {SECRET_ENV}: every request will be refused", file=sys.stderr)
+        return None
+    return _digest(secret)
 
-    Comparisons are of SHA-256 digests in constant time, so the answer's timing does not tell a
-    caller how much of a guess was right."""
+
+def bearer_matches(authorization: bytes, digest: bytes | None) -> bool:
+    """Whether an ``Authorization`` header's value is ``Bearer <the secret>``. Comparisons are of
+    SHA-256 digests in constant time, so the answer's timing does not tell a caller how much of a
+    guess was right."""
+    scheme, _, token = authorization.partition(b" ")
+    if digest is None or scheme.lower() != b"bearer":
+        return False
+    return hmac.compare_digest(_digest(token.strip()), digest)
+
+
+UNAUTHORIZED = {"error": "unauthorized: this sampler needs its run's secret"}
+
+
+class SamplerGuard:
+    """Pure ASGI middleware: 401 without the secret (any path), 404 for a route rlvr does not use."""
 
     def __init__(self, app, secret: str | None = None):
         self.app = app
-        secret = os.environ.get(SECRET_ENV) if secret is None else secret
-        problem = secret_problem(secret)
-        if problem:  # fail closed, and say why in the sampler's log
-            print(f"rlvr: sampler: {problem} in {SECRET_ENV}: every request will be refused", file=sys.stderr)
-        self._digest = None if problem else _digest(secret)
+        self._digest = secret_digest(os.environ.get(SECRET_ENV) if secret is None else secret)
 
     def _authorized(self, scope) -> bool:
         value = b""
@@ -139,10 +155,7 @@ class SamplerGuard:
             if name.lower() == b"authorization":
                 value = header
                 break
-        scheme, _, token = value.partition(b" ")
-        if self._digest is None or scheme.lower() != b"bearer":
-            return False
-        return hmac.compare_digest(_digest(token.strip()), self._digest)
+        return bearer_matches(value, self._digest)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] not in ("http", "websocket"):  # lifespan: start-up and shut-down
@@ -150,7 +163,7 @@ class SamplerGuard:
             return
         path = scope["path"].removeprefix(scope.get("root_path", "")) or "/"
         if not self._authorized(scope):
-            status, body = 401, {"error": "unauthorized: this sampler needs its run's secret"}
+            status, body = 401, UNAUTHORIZED
         elif scope["type"] != "http" or (scope.get("method"), path) not in ROUTES:
             status, body = 404, {"error": f"not a route of rlvr's sampler: {path}"}
         else:

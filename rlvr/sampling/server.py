@@ -12,7 +12,10 @@ Samplers are closed to strangers (``rlvr.sampling.auth``): every request carries
 which rank 0 makes for the samplers it starts (``RLVR_SAMPLER_SECRET`` in their environment, and
 to the other ranks over the trainer's own process group) or reads from ``RLVR_SAMPLER_SECRET``
 for the running samplers a recipe names; a sampler answers only the routes rlvr uses. A sampler
-this run starts listens on 127.0.0.1 unless trainer ranks on other nodes must reach it.
+this run starts listens on 127.0.0.1 unless trainer ranks on other nodes must reach it, and only
+through rlvr's front door (``rlvr.sampling.front``): connections that idle, send slowly or send
+too much are cut off there, and the secret is checked before vLLM (on a private Unix socket)
+sees a byte.
 
 Every wait has a deadline: start-up (``start_timeout_s``), each request and each collective
 (``timeout_s``). A sampler process that exits or stops answering ends the run with one line
@@ -37,7 +40,9 @@ import torch
 
 from rlvr import RlvrError
 from rlvr.kit import one_line, open_append
+from rlvr.models.distributed import LOOPBACK_INTERFACE, SOCKET_INTERFACE_VARS, is_loopback, spans_hosts
 from rlvr.sampling.auth import SECRET_ENV, SECRET_FILE_ENV, auth_headers, new_secret, required_secret
+from rlvr.sampling.front import die_with_parent
 from rlvr.sampling.samplers import (Completion, cpu_kv_cache_bytes, per_prompt, prompt_seed, sampler_dtype,
                                     sampler_sequences, sync_transport, whole_prefills)
 from rlvr.sampling.weight_sync import Broadcaster, free_port
@@ -51,12 +56,13 @@ _DIE_WITH_PARENT = "RLVR_SAMPLER_DIES_WITH_PARENT"
 def server_command(model_path: str, *, port: int, max_model_len: int, dtype: str, seed: int,
                    gpu_memory_utilization: float, on_cpu: bool, host: str = "127.0.0.1",
                    kv_cache_bytes: int | None = None) -> list[str]:
-    """The command line of one sampler process (vLLM's OpenAI-compatible server, with rlvr's
-    weight-transfer backend, the log-probs of the distribution sampled from, rlvr's guard in
-    front of every route, and on CPU a KV cache of ``kv_cache_bytes``). It holds no secret: that
-    travels in the environment (``server_env``)."""
-    return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_path),
-            "--served-model-name", "policy", "--host", host, "--port", str(port),
+    """The command line of one sampler process: rlvr's front door (``rlvr.sampling.front``) on
+    ``host:port``, and behind it vLLM's OpenAI-compatible server, with rlvr's weight-transfer
+    backend, the log-probs of the distribution sampled from, rlvr's guard in front of every route,
+    and on CPU a KV cache of ``kv_cache_bytes``. It holds no secret: that travels in the
+    environment (``server_env``)."""
+    return [sys.executable, "-m", "rlvr.sampling.front", "--host", host, "--port", str(port), "--",
+            "--model", str(model_path), "--served-model-name", "policy",
             "--dtype", sampler_dtype(dtype, on_cpu), "--max-model-len", str(max_model_len), "--seed", str(seed),
             "--gpu-memory-utilization", str(gpu_memory_utilization), "--enable-prefix-caching",
             "--load-format", "safetensors",  # never a pickle (rlvr.models.hub.pickled_weights)
@@ -75,10 +81,14 @@ def _cpu_flags(max_model_len: int) -> list[str]:
     return flags
 
 
-def server_env(*, devices: Sequence[int] | None, on_cpu: bool, secret: str | None = None) -> dict[str, str]:
+def server_env(*, devices: Sequence[int] | None, on_cpu: bool, secret: str | None = None,
+               host: str = "127.0.0.1") -> dict[str, str]:
     """The environment of one sampler process: vLLM's RL routes on (behind rlvr's guard, which
-    takes the run's ``secret`` from here), its devices or cores."""
+    takes the run's ``secret`` from here), its devices or cores; listening on loopback (``host``),
+    its workers' gloo and NCCL sockets bind loopback too unless the environment names an interface."""
     env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", _DIE_WITH_PARENT: "1"}
+    if is_loopback(host):
+        env.update({name: LOOPBACK_INTERFACE for name in SOCKET_INTERFACE_VARS if not env.get(name)})
     if secret is not None:
         env[SECRET_ENV] = secret
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "VLLM_ENABLE_V1_MULTIPROCESSING"):
@@ -91,18 +101,8 @@ def server_env(*, devices: Sequence[int] | None, on_cpu: bool, secret: str | Non
     return env
 
 
-def _die_with_parent() -> None:
-    """Ask the kernel to SIGKILL this process when its parent dies (Linux; elsewhere a no-op)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-
-
 def _child_setup() -> None:  # runs in the sampler process between fork and exec
-    _die_with_parent()
+    die_with_parent()
     os.setsid()
 
 
@@ -111,7 +111,7 @@ def vllm_process_hook() -> None:
     vLLM's engine and worker processes die with their parent too, so nothing outlives a trainer
     killed with SIGKILL (the kernel kills the server, the server's death kills its engine...)."""
     if os.environ.get(_DIE_WITH_PARENT) == "1" and os.getpid() != os.getpgid(0):  # not the server itself
-        _die_with_parent()
+        die_with_parent()
         if os.getppid() == 1:  # the parent died before we asked
             os._exit(1)
 
@@ -363,7 +363,7 @@ def connect_samplers(recipe, model_path: str, *, max_model_len: int, seed: int, 
         secret = new_secret()
         # Loopback unless trainer ranks on other nodes must reach it (at MASTER_ADDR); there the
         # secret keeps strangers out.
-        host = "0.0.0.0" if _other_nodes(world) else "127.0.0.1"
+        host = "0.0.0.0" if spans_hosts(world) else "127.0.0.1"
         procs = start_samplers(recipe, model_path, max_model_len=max_model_len, seed=seed, eval_rows=eval_rows,
                                output_dir=Path(output_dir or "."), on_cpu=on_cpu, host=host, secret=secret)
         address = os.environ.get("MASTER_ADDR", "127.0.0.1") if host != "127.0.0.1" else "127.0.0.1"
@@ -391,17 +391,10 @@ def running_samplers_secret() -> str:
                            "to the secret they were started with")
 
 
-def _other_nodes(world: int) -> bool:
-    """Whether this run's ranks span several nodes (torchrun and DeepSpeed's launcher set
-    LOCAL_WORLD_SIZE: the ranks on this node)."""
-    local = os.environ.get("LOCAL_WORLD_SIZE")
-    return world > 1 and (local is None or not local.isdigit() or int(local) < world)
-
-
 def _is_local(url: str) -> bool:
     from urllib.parse import urlparse
 
-    return urlparse(url).hostname in ("127.0.0.1", "localhost", "::1")
+    return is_loopback(urlparse(url).hostname or "")
 
 
 def _this_host_address() -> str:
@@ -428,7 +421,7 @@ def start_samplers(recipe, model_path: str, *, max_model_len: int, seed: int, ou
             command = server_command(model_path, port=port, max_model_len=max_model_len, dtype=s.dtype, seed=seed + i,
                                      gpu_memory_utilization=s.gpu_memory_utilization, on_cpu=on_cpu, host=host,
                                      kv_cache_bytes=kv_bytes)
-            env = server_env(devices=mine, on_cpu=on_cpu, secret=secret)
+            env = server_env(devices=mine, on_cpu=on_cpu, secret=secret, host=host)
             procs.append(SamplerProcess(command, env,
                                         output_dir / f"sampler-{i}.log", port))
         for p in procs:
@@ -478,7 +471,7 @@ def sampler_launch(recipe, registry, *, host: str, port: int) -> tuple[list[str]
     command = server_command(model_path, port=port, max_model_len=context, dtype=s.dtype, seed=recipe.trainer.seed,
                              gpu_memory_utilization=s.gpu_memory_utilization, on_cpu=on_cpu, host=host,
                              kv_cache_bytes=kv_bytes)
-    env = server_env(devices=None, on_cpu=on_cpu)
+    env = server_env(devices=None, on_cpu=on_cpu, host=host)
     # Started by hand, it belongs to no trainer: under `nohup ... &` in a script it shares the
     # script's process group, and would be killed with the script (vllm_process_hook).
     env.pop(_DIE_WITH_PARENT, None)

@@ -33,6 +33,8 @@ from typing import Any, Iterable, Iterator, Protocol, Sequence
 
 import torch
 
+from rlvr.models.distributed import LOOPBACK, is_loopback, listen  # noqa: F401 - listen: the sender's store socket
+
 BACKEND = "rlvr"
 SHARED_PATH = re.compile(r"/proc/\d+/fd/\d+")  # where SharedBuffers are mapped from
 ALIGN = 64  # bytes: every tensor starts at a multiple of this in a bucket (any dtype can view it)
@@ -131,18 +133,6 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def listen(address: str) -> socket.socket:
-    """A socket listening on ``address`` only (not every interface), on a port the kernel picks:
-    the sender's rendezvous store serves on it, so the port cannot be taken between choosing and
-    binding it either."""
-    family = socket.AF_INET6 if ":" in address else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((address, 0))
-    sock.listen(128)
-    return sock
-
-
 def open_group(address: str, port: int, rank: int, world: int, timeout_s: float, device: torch.device,
                *, prefix: str = "rlvr-weight-sync", listening: socket.socket | None = None):
     """A process group of ``world`` ranks outside ``torch.distributed``'s default group.
@@ -166,7 +156,22 @@ def open_group(address: str, port: int, rank: int, world: int, timeout_s: float,
         options = dist.ProcessGroupNCCL.Options()
         options._timeout = timeout
         return dist.ProcessGroupNCCL(store, rank, world, options), store
-    return dist.ProcessGroupGloo(store, rank, world, timeout), store
+    options = dist.ProcessGroupGloo._Options()
+    options._timeout = timeout
+    options._devices = [gloo_device(address, sender=rank == 0)]
+    return dist.ProcessGroupGloo(store, rank, world, options), store
+
+
+def gloo_device(address: str, *, sender: bool):
+    """Where a rank's gloo sockets listen: the group's ``address`` on the sender (the trainer
+    listens only where it was told), loopback on a sampler's worker when that address is
+    loopback; else gloo's default (``GLOO_SOCKET_IFNAME``, or the address the host name resolves to)."""
+    import torch.distributed as dist
+
+    loopback = is_loopback(address)
+    if sender or loopback:
+        return dist.ProcessGroupGloo.create_device(hostname=LOOPBACK if loopback else address)
+    return dist.ProcessGroupGloo.create_default_device()
 
 
 def close_group(group) -> None:

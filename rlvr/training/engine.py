@@ -40,7 +40,7 @@ from rlvr.evaluation.compare import describe, paired_change, paired_sums
 from rlvr.evaluation.evaluate import evaluate_with
 from rlvr.host.registry import Registry
 from rlvr.kit.data import parse_json
-from rlvr.models.distributed import process_group_scope
+from rlvr.models.distributed import init_default_group, process_group_scope
 from rlvr.models.hub import load_tokenizer, resolve_model
 from rlvr.recipe.spec import Recipe
 from rlvr.rewards.runner import BoundReward, bind_rewards
@@ -167,7 +167,7 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
     t, s, algo = recipe.trainer, recipe.sampling, recipe.algorithm
     # However training ends, the sampler is closed (``closing``) and then the default process
     # group (DeepSpeed's; vLLM's engine uses it too) destroyed: nothing is left to the exit.
-    with (RunOutput(output_dir, rank=rank, verbose=verbose, total_steps=t.steps) as out, process_group_scope(),
+    with (RunOutput(output_dir, rank=rank, verbose=verbose, total_steps=t.steps) as out, process_group_scope(world),
           ExitStack() as closing):
         import torch
 
@@ -177,7 +177,8 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
         import deepspeed
         import torch.distributed as dist
 
-        deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")
+        init_default_group("nccl" if cuda else "gloo", rank, world)  # on loopback when the run keeps to this host
+        deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")  # adopts it
         device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
         if cuda:
             torch.cuda.set_device(device)

@@ -1,0 +1,173 @@
+"""What a run listens on (rlvr.models.distributed): loopback only when it keeps to this host, whatever
+the host name resolves to.
+
+Each run here goes into namespaces of its own (``unshare``: user, network, mount) where the host
+name resolves to ``PRIVATE``, an address only that namespace has (added to its own loopback
+device; /etc/hosts replaced by a bind mount inside it): there gloo's default would bind that
+address, as it binds a LAN address on a machine whose host name resolves to one. The test reads
+every LISTEN socket of the run's processes from /proc while it runs."""
+
+import ipaddress
+import os
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from conftest import RLVR
+from test_engine import make_run, rows, test_plugin  # noqa: F401 - test_plugin is a fixture
+from test_server import sampler_pids
+
+PRIVATE = "10.77.0.1"
+# run "$@" in the namespace, with the host name at PRIVATE there
+IN_PRIVATE_NETWORK = ("ip link set lo up && ip addr add {address}/32 dev lo && mount --bind {hosts} /etc/hosts "
+                      "&& exec \"$@\"")
+
+
+def in_private_network(command: list[str], tmp_path) -> list[str]:
+    hosts = tmp_path / "hosts"
+    hosts.write_text(f"127.0.0.1 localhost\n{PRIVATE} {socket.gethostname()}\n")
+    return ["unshare", "--user", "--map-root-user", "--net", "--mount", "sh", "-c",
+            IN_PRIVATE_NETWORK.format(address=PRIVATE, hosts=hosts), "sh", *map(str, command)]
+
+
+def _address(hex_address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    raw = bytes.fromhex(hex_address)
+    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))  # /proc prints 32-bit words in host order
+    address = ipaddress.ip_address(words)
+    return getattr(address, "ipv4_mapped", None) or address
+
+
+def listening_sockets(pid: int) -> set[tuple[str, int]]:
+    """(address, port) of every TCP socket ``pid`` holds in LISTEN state, seen in its own network namespace."""
+    inodes = set()
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+        tables = [open(f"/proc/{pid}/net/{name}").read() for name in ("tcp", "tcp6")]
+    except OSError:  # gone meanwhile
+        return set()
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = set()
+    for table in tables:
+        for line in table.splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
+                address, port = fields[1].rsplit(":", 1)
+                found.add((str(_address(address)), int(port, 16)))
+    return found
+
+
+def watch(proc: subprocess.Popen, pids) -> dict[int, set[tuple[str, int]]]:
+    """Every listening socket ``pids()`` (the run's processes) held while ``proc`` ran."""
+    seen: dict[int, set[tuple[str, int]]] = {}
+    while proc.poll() is None:
+        for pid in pids():
+            seen.setdefault(pid, set()).update(listening_sockets(pid))
+        time.sleep(0.1)
+    return seen
+
+
+def train_watched(command: list, out, env: dict, tmp_path) -> dict[int, set[tuple[str, int]]]:
+    """Run a 2-step training ``command`` in the private network; every socket its processes (those
+    with ``RLVR_TEST_RUN`` = ``out``) listened on, after checking that it trained and none was off loopback."""
+    proc = subprocess.Popen(in_private_network(command, tmp_path), env={**env, "RLVR_TEST_RUN": str(out)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        seen = watch(proc, lambda: sampler_pids(out))
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, 9)
+    assert proc.returncode == 0, proc.stderr.read()[-3000:]
+    assert [r["step"] for r in rows(out)] == [1, 2]
+    assert not_loopback(seen) == {}, seen
+    return seen
+
+
+def not_loopback(seen: dict[int, set[tuple[str, int]]]) -> dict[int, set]:
+    wrong = {pid: {s for s in sockets if not ipaddress.ip_address(s[0]).is_loopback} for pid, sockets in seen.items()}
+    return {pid: sockets for pid, sockets in wrong.items() if sockets}
+
+
+PROBE = textwrap.dedent('''
+    import json, os, socket, sys
+    import torch.distributed as dist
+    sys.path.insert(0, sys.argv[1])
+    from test_listeners import listening_sockets
+    from rlvr.models.distributed import init_default_group, process_group_scope
+
+    out = {"host": socket.gethostbyname(socket.gethostname())}
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)  # torch's defaults
+    dist.new_group(backend="gloo")
+    out["torch"] = sorted(listening_sockets(os.getpid()))
+    dist.destroy_process_group()
+    with process_group_scope(1):
+        init_default_group("gloo", 0, 1)
+        dist.new_group(backend="gloo")
+        out["rlvr"] = sorted(listening_sockets(os.getpid()))
+    out["after"] = os.environ.get("GLOO_SOCKET_IFNAME")
+    print(json.dumps(out))
+''')
+
+
+def test_in_the_private_network_gloo_binds_the_host_names_address_unless_kept_to_loopback(tmp_path):
+    """The setting the tests below run in: there torch's defaults listen on PRIVATE (what the
+    tests must catch); a run of one keeps its groups to loopback, and leaves the environment as it was."""
+    import json
+
+    script = tmp_path / "probe.py"
+    script.write_text(PROBE)
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": ""}
+    done = subprocess.run(in_private_network([sys.executable, script, os.path.dirname(__file__)], tmp_path),
+                          capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    out = json.loads(done.stdout.splitlines()[-1])
+    assert out["host"] == PRIVATE
+    assert out["torch"] and {a for a, _ in out["torch"]} == {PRIVATE}
+    assert out["rlvr"] and {a for a, _ in out["rlvr"]} == {"127.0.0.1"}
+    assert out["after"] == ""
+
+
+@pytest.mark.slow  # starts vLLM
+def test_a_one_process_run_in_server_mode_listens_only_on_loopback(tmp_path, tiny_model, test_plugin):
+    """`rlvr train` (a world of one) with a vLLM sampler of its own, weights by gloo broadcast:
+    the trainer (default group, weight-sync store and gloo), the sampler's front door, vLLM's
+    engine and worker (vLLM's gloo groups, the weight-sync gloo) listen on loopback only."""
+    recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm")
+    out = tmp_path / "run"
+    env.pop("GLOO_SOCKET_IFNAME", None)
+    command = [RLVR, "train", recipe, "--output-dir", out, "--set", "sampling.mode=server",
+               "--set", "sampling.sync_transport=broadcast"]
+    seen = train_watched(command, out, env, tmp_path)
+    listeners = {pid for pid, sockets in seen.items() if sockets}
+    assert len(listeners) >= 3, seen  # trainer, sampler API server, vLLM's worker: each seen listening
+
+
+@pytest.mark.slow  # starts DeepSpeed on two ranks
+def test_two_ranks_on_one_host_listen_only_on_loopback(tmp_path, tiny_model, test_plugin):
+    """Two ranks started as DeepSpeed's launcher starts them (RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+    MASTER_ADDR, MASTER_PORT; no store of the launcher's): rank 0 serves the rendezvous on
+    loopback only, and every gloo socket binds loopback."""
+    recipe, env = make_run(tmp_path, tiny_model, test_plugin)
+    out = tmp_path / "run"
+    env = {**env, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    env.pop("GLOO_SOCKET_IFNAME", None)
+    launcher = tmp_path / "launch.py"
+    launcher.write_text(textwrap.dedent(f'''
+        import os, subprocess, sys
+        ranks = [subprocess.Popen([{RLVR!r}, "train", {str(recipe)!r}, "--output-dir", {str(out)!r}],
+                                  env={{**os.environ, "RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": "2",
+                                       "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "{PRIVATE}", "MASTER_PORT": "29541"}})
+                 for r in range(2)]
+        sys.exit(max(abs(p.wait()) for p in ranks))
+    '''))
+    seen = train_watched([sys.executable, launcher], out, env, tmp_path)
+    assert any(port == 29541 for sockets in seen.values() for _, port in sockets), seen  # rank 0's store, seen
