@@ -79,6 +79,11 @@ def watch(proc: subprocess.Popen, pids) -> dict[int, set[tuple[str, int]]]:
 def train_watched(command: list, out, env: dict, tmp_path) -> dict[int, set[tuple[str, int]]]:
     """Run a 2-step training ``command`` in the private network; every socket its processes (those
     with ``RLVR_TEST_RUN`` = ``out``) listened on, after checking that it trained and none was off loopback."""
+    # As root of the private user namespace, torch names its compile caches after root: keep them
+    # out of /tmp/torchinductor_root, which a real root's runs own (its precompiled headers go to
+    # /tmp/torchinductor_$USER whatever TORCHINDUCTOR_CACHE_DIR says).
+    user = f"rlvr-test-{os.getuid()}"
+    env = {**env, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"), "USER": user, "LOGNAME": user}
     proc = subprocess.Popen(in_private_network(command, tmp_path), env={**env, "RLVR_TEST_RUN": str(out)},
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
     try:

@@ -252,6 +252,7 @@ def sampler_recipe(tmp_path, served_model, monkeypatch):
         monkeypatch.delenv(key, raising=False)
     path = tmp_path / "far.yaml"
     path.write_text(SAMPLER_RECIPE.replace("MODEL", json.dumps(str(served_model))))
+    monkeypatch.chdir(tmp_path)  # `rlvr sampler` writes its log (sampler-PORT.log) in the current folder
     return path
 
 
