@@ -50,6 +50,8 @@ def candidate_main(sock: socket.socket, config: dict, workdir: str | None) -> No
         if config["uid"] is not None:  # as root: the host's kernel knobs read-only for the program
             read_only_kernel_knobs()
         prctl(PR_SET_NO_NEW_PRIVS, 1)
+    if config.get("cpus"):
+        forbid_affinity_changes()  # the worker's pinning holds for the program and all it starts
     try:  # if a cgroup runs out of memory, kill the candidate first
         fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
         os.write(fd, b"1000")
@@ -86,8 +88,6 @@ def candidate_main(sock: socket.socket, config: dict, workdir: str | None) -> No
     nproc = spec["max_procs"] + 4
     if not config["namespaces"]:
         nproc += config["user_processes"]
-    if config.get("cpus"):
-        forbid_affinity_changes()  # the worker's pinning holds for the program and all it starts
     set_rlimits(spec["timeout"], spec["memory_mb"], 256, nproc)
     os.chdir(workdir)
     if mode == "io":
