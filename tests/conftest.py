@@ -36,10 +36,10 @@ def run_rlvr(*args, env=None, cwd=None, timeout=900):
 def one_line_error(out, message):
     """``out`` (a finished ``rlvr`` run) failed as bad input must: status 2, one line holding
     ``message``, no traceback."""
-    assert out.returncode == 2, (out.returncode, out.stderr)
+    assert out.returncode == 2, (out.returncode, out.stdout, out.stderr[-2000:])
     assert "Traceback" not in out.stderr
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1, out.stderr
+    assert len(lines) == 1, out.stderr[-2000:]
     assert message in lines[0], lines[0]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_rlvr
+from conftest import one_line_error, run_rlvr
 from rlvr import RlvrError
 from rlvr.host.imports import DEFAULT_ALLOWED, ImportPolicy
 from rlvr.host.registry import Registry, load_registry
@@ -50,13 +50,6 @@ def marker_module(folder: Path, name: str, marker: Path) -> Path:
     '''))
     return folder / f"{name}.py"
 
-
-def one_line_error(out, message: str) -> None:
-    assert out.returncode == 2, (out.returncode, out.stdout, out.stderr)
-    assert "Traceback" not in out.stderr
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1, out.stderr
-    assert message in lines[0], lines[0]
 
 
 STDLIB = ["pty:spawn", "subprocess:run", "builtins:exec", "antigravity:x", "os:system"]

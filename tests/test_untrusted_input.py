@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_rlvr
+from conftest import one_line_error, run_rlvr
 from rlvr import RlvrError
 from rlvr.recipe.load import MAX_EXPANDED_NODES, load_recipe, load_yaml
 
@@ -31,13 +31,6 @@ def alias_bomb(levels: int = 9) -> str:
         lines.append(f"{names[level]}: &{names[level]} [" + ", ".join([f"*{names[level - 1]}"] * 9) + "]")
     return "\n".join(lines) + "\n"
 
-
-def one_line_error(out, message: str) -> None:
-    assert out.returncode == 2, (out.returncode, out.stdout, out.stderr[-2000:])
-    assert "Traceback" not in out.stderr
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1, out.stderr[-2000:]
-    assert message in lines[0], lines[0]
 
 
 # ------------------------------------------------------------------ YAML
