@@ -74,7 +74,7 @@ Who runs as which uid:
   interpreter's prefix where that uid could not reach it, e.g. under ``/root``).
 - ``bwrap``, rlvr as an ordinary user: the jail runs as that user (65534 inside).
 - ``process``, as root: the fork server, zygote and tester run as root; each program
-  runs as the worker's private uid, in a mount namespace of its own where ``/proc/sys``,
+  runs as the worker's private uid, in the zygote's mount namespace, where ``/proc/sys``,
   ``/sys``, ``/proc/sysrq-trigger`` and ``/proc/pressure`` are read-only (set up before
   it drops to that uid, so it cannot undo it).
 - ``process``, as an ordinary user: everything runs as that user, with no mount

@@ -21,7 +21,6 @@ from .cage import (
     drop_all_capabilities,
     forbid_affinity_changes,
     prctl,
-    read_only_kernel_knobs,
     set_rlimits,
     unshare,
 )
@@ -47,8 +46,6 @@ def candidate_main(sock: socket.socket, config: dict, workdir: str | None) -> No
         drop_all_capabilities(config["last_cap"])
         workdir = "/tmp"
     else:
-        if config["uid"] is not None:  # as root: the host's kernel knobs read-only for the program
-            read_only_kernel_knobs()
         prctl(PR_SET_NO_NEW_PRIVS, 1)
     if config.get("cpus"):
         forbid_affinity_changes()  # the worker's pinning holds for the program and all it starts

@@ -20,6 +20,7 @@ from .cage import (
     null_stdio,
     prctl,
     raw_fork,
+    read_only_kernel_knobs,
     setns,
     unshare,
 )
@@ -46,6 +47,10 @@ def zygote_main(sock: socket.socket, config: dict) -> None:
             return
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         pidns = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    elif config["uid"] is not None:
+        # Process isolation as root: the host's kernel knobs read-only in a mount namespace
+        # every program inherits (each drops to its uid after the fork, and cannot undo it).
+        read_only_kernel_knobs()
     _Zygote(sock, config, pidns).loop()
 
 
