@@ -6,14 +6,18 @@ is 19 of them, and a retrained model may solve 24 others and lose 17. A paired c
 question per problem. With ``b`` and ``a`` a problem's pass rates (passing samples over samples)
 before and after, and ``d = a - b``:
 
-- the change is ``mean(d)``, with a 95% interval ``mean(d) ± 1.96 · sd(d) / √n`` (normal
-  approximation, sound for the hundreds of problems an evaluation has);
+- the change is ``mean(d)``, with a 95% interval for the difference of paired proportions that
+  stays within the possible range (Newcombe 1998, method 10: the Wilson score interval of each
+  accuracy, combined through the correlation of the before and after rates over problems; with
+  one sample a problem that correlation is the 2x2 table's phi). ``mean(d) ± 1.96 · sd(d) / √n``
+  would read "+99 points, 95% CI +97.0 to +101.0" for 1% -> 100%;
 - its p-value is two-sided, from ``z = mean(d) / (sd(d) / √n)``;
 - problems ``better`` (d > 0) and ``worse`` (d < 0) also give an exact sign test: under "no
   change" each changed problem is better or worse with probability 1/2. With one sample a
   problem it is McNemar's exact test.
 
-Everything here is a function of sums (n, Σd, Σd², better, worse), so ranks can add theirs.
+Everything here is a function of sums (n, Σb, Σa, Σb², Σa², Σd², better, worse), so ranks can
+add theirs.
 """
 
 from __future__ import annotations
@@ -33,7 +37,37 @@ def paired_sums(before: Sequence[float], after: Sequence[float]) -> dict[str, fl
         raise ValueError(f"paired rates need the same problems: {len(before)} before, {len(after)} after")
     d = [a - b for b, a in zip(before, after)]
     return {"n": len(d), "before": float(sum(before)), "after": float(sum(after)), "d": float(sum(d)),
+            "before2": float(sum(x * x for x in before)), "after2": float(sum(x * x for x in after)),
             "d2": float(sum(x * x for x in d)), "better": sum(x > 0 for x in d), "worse": sum(x < 0 for x in d)}
+
+
+Z95 = 1.96
+
+
+def wilson_interval(p: float, n: int, z: float = Z95) -> tuple[float, float]:
+    """Wilson's score interval for a proportion ``p`` observed over ``n`` trials, within [0, 1]."""
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(max(p * (1 - p), 0.0) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def paired_interval(sums: dict[str, float], z: float = Z95) -> tuple[float, float]:
+    """Newcombe's hybrid score interval (method 10) for ``after - before`` from ``paired_sums``:
+    within [-1, 1] and never past what the two accuracies allow. The correlation of the per-problem
+    rates is taken as 0 where either side does not vary."""
+    n = int(sums["n"])
+    pb, pa = sums["before"] / n, sums["after"] / n
+    lb, ub = wilson_interval(pb, n, z)
+    la, ua = wilson_interval(pa, n, z)
+    var_b, var_a = sums["before2"] / n - pb * pb, sums["after2"] / n - pa * pa
+    cross = (sums["before2"] + sums["after2"] - sums["d2"]) / 2 / n  # mean of b * a
+    phi = (cross - pb * pa) / math.sqrt(var_b * var_a) if var_b > 1e-12 and var_a > 1e-12 else 0.0
+    phi = min(1.0, max(-1.0, phi))
+    change = pa - pb
+    below = math.sqrt(max((pa - la) ** 2 - 2 * phi * (pa - la) * (ub - pb) + (ub - pb) ** 2, 0.0))
+    above = math.sqrt(max((ua - pa) ** 2 - 2 * phi * (ua - pa) * (pb - lb) + (pb - lb) ** 2, 0.0))
+    return max(-1.0, change - below), min(1.0, change + above)
 
 
 def sign_test_p(better: int, worse: int) -> float:
@@ -46,8 +80,8 @@ def sign_test_p(better: int, worse: int) -> float:
 
 
 def paired_change(sums: dict[str, float]) -> dict[str, float]:
-    """Accuracy before and after, their difference with a 95% interval and p-value, and the sign
-    test, from ``paired_sums`` (or its figures summed over ranks)."""
+    """Accuracy before and after, their difference with a 95% interval (``paired_interval``) and
+    p-value, and the sign test, from ``paired_sums`` (or its figures summed over ranks)."""
     n = int(sums["n"])
     if n == 0:
         raise ValueError("no problems to compare")
@@ -60,7 +94,7 @@ def paired_change(sums: dict[str, float]) -> dict[str, float]:
         p = 1.0 if mean == 0 else 0.0
     better, worse = int(sums["better"]), int(sums["worse"])
     return {"n": n, "before": sums["before"] / n, "after": sums["after"] / n, "change": mean,
-            "ci95": (mean - 1.96 * se, mean + 1.96 * se), "p": p,
+            "ci95": paired_interval(sums), "p": p,
             "better": better, "worse": worse, "same": n - better - worse, "sign_test_p": sign_test_p(better, worse)}
 
 
@@ -69,8 +103,19 @@ def describe(c: dict) -> str:
     lo, hi = c["ci95"]
     verdict = "beyond noise" if c["p"] < 0.05 and c["sign_test_p"] < 0.05 else "within noise"
     return (f"pass@1 {100 * c['before']:.2f}% -> {100 * c['after']:.2f}% ({_points(c['change'])} points, "
-            f"95% CI {_points(lo)} to {_points(hi)}, p = {c['p']:.2g}; {c['better']} problems better, "
-            f"{c['worse']} worse, sign test p = {c['sign_test_p']:.2g}: {verdict}, over {c['n']} problems{_samples(c)})")
+            f"95% CI {_points(lo)} to {_points(hi)}, p = {c['p']:.2g}; {counted(c['better'], 'problem')} better, "
+            f"{c['worse']} worse, sign test p = {c['sign_test_p']:.2g}: {verdict}, over {counted(c['n'], 'problem')}"
+            f"{_samples(c)})")
+
+
+def percent(fraction: float) -> str:
+    """An accuracy as people read it, the one format of every line and table: ``12.5%``."""
+    return f"{100 * fraction:.1f}%"
+
+
+def counted(n: int, thing: str) -> str:
+    """``1 problem``, ``2 problems``."""
+    return f"{n} {thing}" if n == 1 else f"{n} {thing}s"
 
 
 def _points(fraction: float) -> str:
@@ -84,7 +129,7 @@ def _samples(c: dict) -> str:
     b, a = spp.get("before"), spp.get("after")
     if not b or not a:
         return ""
-    return f", {b} samples each" if b == a else f", {b} samples each before and {a} after"
+    return f", {counted(b, 'sample')} each" if b == a else f", {counted(b, 'sample')} each before and {a} after"
 
 
 def _samples_path(path: Path) -> Path:

@@ -13,6 +13,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
+from rlvr.evaluation.compare import counted, percent
 from rlvr.host.registry import Registry
 from rlvr.kit import write_replacing
 from rlvr.models.distributed import process_group_scope
@@ -188,8 +189,8 @@ def evaluate(recipe: Recipe, registry: Registry, output_dir: Path) -> dict[str, 
         json.dumps({"id": rows[p["index"]].get("id") or rows[p["index"]].get("task_id"), "samples": p["samples"]},
                    default=str) + "\n" for p in per_prompt))
     write_replacing(output_dir / "report.md", report_markdown(result))
-    log.info(f"{recipe.eval_task.name} {recipe.eval_split}: accuracy {result['accuracy']:.3f} on {result['n']} "
-             f"prompts; report in {output_dir}")
+    log.info(f"{recipe.eval_task.name} {recipe.eval_split}: accuracy {percent(result['accuracy'])} on "
+             f"{counted(result['n'], 'prompt')}; report in {output_dir}")
     return result
 
 

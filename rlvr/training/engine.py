@@ -36,7 +36,7 @@ from typing import Any
 
 from rlvr import RlvrError
 from rlvr.kit import open_append, write_replacing
-from rlvr.evaluation.compare import describe, paired_change, paired_sums
+from rlvr.evaluation.compare import counted, describe, paired_change, paired_sums, percent
 from rlvr.evaluation.evaluate import evaluate_with
 from rlvr.host.registry import Registry
 from rlvr.kit.data import parse_json
@@ -108,7 +108,7 @@ class Evaluator:
         result, per_prompt = evaluate_with(self.recipe, self.rewards, self.sampler, self.prompts, rank=self.rank,
                                            world=self.world, episodes=self.episodes)
         rates = [p["pass_rate"] for p in per_prompt]
-        line = f"eval ({tag}, step {step}): accuracy {result['accuracy']:.3f} on {result['n']} prompts"
+        line = f"eval ({tag}, step {step}): accuracy {percent(result['accuracy'])} on {counted(result['n'], 'prompt')}"
         if tag == "before":
             self.first = rates
             self._keep_first(per_prompt, rates)
@@ -350,7 +350,7 @@ def _write_summary(summary: dict, output_dir: Path) -> None:
         # a resumed run did not evaluate "before" itself: the pairing has its accuracy
         before = summary["eval_before"]["accuracy"] if "eval_before" in summary else change["before"]
         after = summary["eval_after"]["accuracy"]
-        log.info(f"held-out accuracy: {before:.3f} -> {after:.3f} ({100 * (after - before):+.1f} points)"
+        log.info(f"held-out accuracy: {percent(before)} -> {percent(after)} ({100 * (after - before):+.1f} points)"
                  + (f"; {describe(change)}" if change else ""))
     try:
         from rlvr.runs.plotting import plot_metrics
