@@ -15,6 +15,11 @@ The rules, enforced by :func:`fields` so a mistake fails at ``rlvr validate``:
 - a single-brace ``{name}`` whose name is a column is an error too when the text has no
   ``{{...}}`` field: it is the old ``str.format`` syntax, and would reach the model as literal
   text.
+
+A column that holds chat messages (TRL's conversational format: a list of ``{"role", "content"}``
+mappings) is a conversation, not text: a template that is exactly that one field (``"{{prompt}}"``)
+takes it as the prompt's turns (:func:`conversation_column`, :func:`check_messages`); inside other
+text it is refused, as is any list or mapping, which would reach the model as its Python repr.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Any, Iterable, Mapping
 
 from rlvr import RlvrError
 
-__all__ = ["fields", "render", "FIELD_HELP"]
+__all__ = ["fields", "render", "FIELD_HELP", "ROLES", "check_messages", "messages", "conversation_column"]
 
 FIELD_HELP = "fields are written {{column}}, other braces are literal, e.g. \\boxed{}"
 
@@ -54,16 +59,98 @@ def fields(text: str, columns: Iterable[str] | None = None) -> list[str]:
 
 
 def render(text: str, row: Mapping[str, Any]) -> str:
-    """``text`` with each ``{{column}}`` replaced by ``str(row[column])``, in one pass."""
+    """``text`` with each ``{{column}}`` replaced by ``str(row[column])``, in one pass; a list or
+    mapping value is refused (its Python repr is no prompt)."""
 
     def value(m: re.Match) -> str:
         name = _NAME.fullmatch(m.group(1))
         if name is None:
             raise RlvrError(f"{m.group(0)!r} is not a field: {FIELD_HELP}")
         try:
-            return str(row[name.group(1)])
+            value = row[name.group(1)]
         except KeyError:
             raise RlvrError(f"prompt field {{{{{name.group(1)}}}}}: the row has no column "
                             f"{name.group(1)!r}") from None
+        if isinstance(value, (list, tuple, Mapping)):
+            raise RlvrError(_not_text(name.group(1), value))
+        return str(value)
 
     return _DOUBLE.sub(value, text)
+
+
+ROLES = ("system", "user", "assistant", "tool")
+
+
+def _not_text(column: str, value: Any) -> str:
+    if isinstance(value, (list, tuple)) and any(isinstance(m, Mapping) for m in value):
+        return (f"prompt field {{{{{column}}}}}: column {column!r} holds chat messages, which a template shows only "
+                f"as the whole prompt: write template: \"{{{{{column}}}}}\" (its turns, through the chat template)")
+    return (f"prompt field {{{{{column}}}}}: column {column!r} is a {type(value).__name__}, not text: it would reach "
+            f"the model as its Python repr (give the task a text column for it)")
+
+
+def _content(content: Any) -> str | None:
+    """A message's text: a string, or TRL's list of ``{"type": "text", "text": ...}`` parts joined
+    by newlines (as vLLM joins them); None when it is neither."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, (list, tuple)) and all(isinstance(p, Mapping) and p.get("type") == "text"
+                                                  and isinstance(p.get("text"), str) for p in content):
+        return "\n".join(p["text"] for p in content)
+    return None
+
+
+def _check(value: Any) -> tuple[list[dict] | None, str | None]:
+    """(the messages with text content, None) or (None, what is wrong with them)."""
+    if not isinstance(value, (list, tuple)):
+        return None, f"is a {type(value).__name__}, not a list of messages"
+    if not value:
+        return None, "is an empty list of messages"
+    out = []
+    for i, message in enumerate(value, 1):
+        if not isinstance(message, Mapping):
+            return None, f"message {i} is a {type(message).__name__}, not {{\"role\": ..., \"content\": ...}}"
+        extra = sorted(set(map(str, message)) - {"role", "content"})
+        if extra:
+            return None, f"message {i} has {extra[0]!r}: rlvr reads a message's role and content only"
+        role = message.get("role")
+        if role not in ROLES:
+            return None, f"message {i} has role {role!r}, not one of {', '.join(ROLES)}"
+        text = _content(message.get("content"))
+        if text is None:
+            parts = message.get("content")
+            kinds = {p.get("type") for p in parts if isinstance(p, Mapping)} - {"text"} \
+                if isinstance(parts, (list, tuple)) else set()
+            why = f"a {sorted(map(str, kinds))[0]!r} part (rlvr trains on text only)" if kinds else \
+                f"content {type(parts).__name__}, not a string or a list of {{\"type\": \"text\", \"text\": ...}} parts"
+            return None, f"message {i} ({role}) has {why}"
+        out.append({"role": role, "content": text})
+    if out[-1]["role"] == "system":
+        return None, "ends with a system message: a prompt ends with a user or tool turn (or an assistant turn to continue)"
+    return out, None
+
+
+def check_messages(value: Any) -> str | None:
+    """What is wrong with a column value used as a conversation prompt, or None when it is one:
+    a non-empty list of ``{"role", "content"}`` mappings, role one of :data:`ROLES`, content a
+    string or a list of ``{"type": "text", "text": ...}`` parts, last role not system (as TRL:
+    user or tool ends with the generation prompt, assistant is continued). The reason reads after
+    the column's name: ``f"column 'prompt' {reason}"``."""
+    return _check(value)[1]
+
+
+def messages(value: Any, column: str = "prompt") -> list[dict]:
+    """A conversation column's value as messages with string content (text parts joined);
+    ``RlvrError`` naming ``column`` when :func:`check_messages` refuses it."""
+    out, problem = _check(value)
+    if problem:
+        raise RlvrError(f"column {column!r} {problem}")
+    return out
+
+
+def conversation_column(text: str) -> str | None:
+    """The column a template takes whole (``"{{prompt}}"``, blanks around it aside), or None: such a
+    template over a column of chat messages is that conversation."""
+    m = _DOUBLE.fullmatch(text.strip())
+    name = _NAME.fullmatch(m.group(1)) if m else None
+    return name.group(1) if name else None
