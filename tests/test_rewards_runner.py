@@ -8,7 +8,7 @@ import pytest
 
 from rlvr import RlvrError, Score
 from rlvr.host.registry import RewardSpec, reward_signature
-from rlvr.rewards.runner import BoundReward, score_batch
+from rlvr.rewards.runner import BoundReward, Unscored, score_batch
 
 
 def bound(fn, name, weight=1.0, **options):
@@ -48,12 +48,91 @@ def test_weighted_sum_and_infos():
 
 
 def test_raising_reward_gives_none_and_is_counted(caplog):
-    out = run(bound(exact, "exact"), bound(boom, "boom"))
+    with caplog.at_level(logging.DEBUG, logger="rlvr.rewards"):
+        out = run(bound(exact, "exact"), bound(boom, "boom"))
     assert out.values["boom"] == [None, None]
     assert out.total == [None, None]
     assert out.errors["boom"] == 2
     assert "kaboom" in out.infos["boom"][0]["error"]
-    assert "reward 'boom' failed" in caplog.text
+    # a batch's detail is at debug level only: whoever scores batches reports them once (Unscored)
+    assert [r.levelno for r in caplog.records] == [logging.DEBUG] and "reward 'boom' failed" in caplog.text
+    assert out.unscored().line() == "reward 'boom' could not score 2 of 2 samples (RuntimeError: kaboom)"
+
+
+def test_unscored_adds_batches_up_and_keeps_the_first_reason():
+    """One line for a step of many batches: per reward, its count and first reason, shortened."""
+    def long_boom(prompts, completions, completion_ids):
+        raise ValueError("x" * 500)
+
+    total = Unscored()
+    for _ in range(3):
+        total.add(run(bound(long_boom, "long", 0.1), bound(lambda p, c, i: [None, 1.0], "some")).unscored())
+    assert total.records == 6 and total.unscorable == 6 and total.counts == {"long": 6, "some": 3}
+    line = total.line()
+    assert line.startswith("reward 'long' could not score 6 of 6 samples (ValueError: xxx")
+    assert "...); reward 'some' could not score 3 of 6 samples (it returned None)" in line
+    assert len(line) < 300
+    assert total.line(["some"]) == "reward 'some' could not score 3 of 6 samples (it returned None)"
+
+
+@pytest.mark.parametrize("mode, expected", [
+    ("void", [None, None]),  # today's default: any weighted reward's None voids the sample
+    ("skip", [1.0, 0.0]),  # TRL's nansum: the rewards that scored, each with its weight
+    ("zero", [1.0, 0.0]),
+])
+def test_when_unscored_decides_the_total(mode, expected):
+    shaping = bound(boom, "boom", 0.1)
+    shaping.when_unscored = mode
+    assert run(bound(exact, "exact"), shaping).total == expected
+
+
+def test_when_unscored_skip_leaves_a_sample_none_scored_unscorable_and_zero_counts_it():
+    half = bound(lambda p, c, i: [None, 0.5], "half", 2.0)
+    for mode, expected in [("skip", [None, 1.0]), ("zero", [0.0, 1.0])]:
+        a, b = bound(boom, "boom", 0.1), bound(lambda p, c, i: [None, 0.5], "half", 2.0)
+        a.when_unscored = b.when_unscored = mode
+        assert run(a, b).total == expected, mode
+    mixed = bound(boom, "boom", 0.1)
+    mixed.when_unscored = "skip"
+    assert run(mixed, half).total == [None, 1.0]  # half is void: its None voids the first sample
+
+
+def test_when_unscored_is_checked():
+    with pytest.raises(RlvrError, match="when_unscored must be one of void, skip, zero"):
+        BoundReward(bound(exact, "exact").spec, 1.0, {}, {}, False, "nansum")
+
+
+def test_numpy_and_torch_scalars_are_numbers():
+    import fractions
+    from decimal import Decimal
+
+    import numpy as np
+    import torch
+
+    values = [np.float32(0.5), np.float64(0.25), np.int64(2), np.bool_(True), np.array(1.5), torch.tensor(0.75),
+              torch.tensor(True), fractions.Fraction(1, 4), Decimal("0.5"), np.float16(1.0)]
+    out = score_batch([bound(lambda p, c, i: values, "np")], ["p"] * len(values), ["c"] * len(values),
+                      [None] * len(values), [{}] * len(values))
+    assert out.values["np"] == [0.5, 0.25, 2.0, 1.0, 1.5, 0.75, 1.0, 0.25, 0.5, 1.0]
+    assert all(type(v) is float for v in out.values["np"]) and not out.errors
+
+
+@pytest.mark.parametrize("bad, why", [
+    ("np.array([1.0, 2.0])", "reward returned a ndarray of shape (2,), not one number"),
+    ("torch.tensor([1.0])", "reward returned a Tensor of shape (1,), not one number"),
+    ("np.float32('nan')", "reward returned nan, not a finite number"),
+    ("torch.tensor(float('inf'))", "reward returned inf, not a finite number"),
+    ("'0.5'", "reward returned str '0.5', not a number"),
+    ("1j", "reward returned complex 1j, not a number"),
+    ("np.array('a')", "reward returned a ndarray of shape (), not one number"),
+])
+def test_what_is_not_one_finite_number_is_refused_in_words_that_fit_it(bad, why):
+    import numpy as np  # noqa: F401 - used by eval
+    import torch  # noqa: F401
+
+    value = eval(bad)
+    out = run(bound(lambda p, c, i: [value, 1.0], "bad"))
+    assert out.values["bad"] == [None, 1.0] and out.infos["bad"][0]["error"] == why
 
 
 def test_zero_weight_reward_does_not_poison_total():
@@ -96,7 +175,7 @@ def picky(prompts, completions, completion_ids, *, answer):
 def test_one_raising_record_spoils_only_itself(caplog):
     rows = [{"answer": "bad" if i == 37 else str(i)} for i in range(256)]
     completions = [str(i) if i % 2 else "x" for i in range(256)]
-    with caplog.at_level(logging.WARNING, logger="rlvr.rewards"):
+    with caplog.at_level(logging.DEBUG, logger="rlvr.rewards"):
         out = score_batch([bound(picky, "picky")], ["p"] * 256, completions, [None] * 256, rows, first_record=1001)
     values = out.values["picky"]
     assert values[37] is None and out.infos["picky"][37] == {"error": "ZeroDivisionError: cannot score 0"}

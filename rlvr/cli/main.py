@@ -165,11 +165,13 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
 
     Each input line has ``completion`` plus the columns the reward needs. The output has the
     same records in the same order, with ``reward`` (null when unscorable) and ``reward_info``.
+    What the reward could not score is said in one line at the end; scoring none of the records
+    is an error (exit status 2, the output file left as it was).
     """
     from rlvr.kit import read_jsonl
     from rlvr.kit import completion_text
     from rlvr.recipe.load import parse_overrides
-    from rlvr.rewards.runner import BoundReward, score_batch
+    from rlvr.rewards.runner import BoundReward, Unscored, score_batch
     from rlvr.runs.outputs import open_output, same_file, signals_remove_temporaries
 
     spec = _registry().reward(reward_name)
@@ -191,6 +193,7 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
         raise RlvrError("--output must differ from --input")
     reward = BoundReward(spec, 1.0, opts)
     count = scored = stringified = 0
+    unscored = Unscored()
     # open_output writes a regular file beside the target and renames it at the end: a failure
     # or a signal leaves the old output as it was (rlvr.runs.outputs); a FIFO or device is streamed to.
     with signals_remove_temporaries(), open_output(output_path) as out:
@@ -214,6 +217,7 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
                 )
             except RlvrError as exc:  # a missing column: "record N: ..."
                 raise RlvrError(f"{input_path}: {exc}") from None
+            unscored.add(result.unscored())
             for row, value, info in zip(batch, result.values[reward_name], result.infos[reward_name]):
                 line, changed = _json_line({**row, "reward": value, "reward_info": info})
                 out.write(line)
@@ -228,6 +232,10 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
                 flush()
         if batch:
             flush()
+        if count and not scored:  # inside: the output file is not replaced
+            raise RlvrError(f"scored none of the {count} records: {unscored.line(what='records')}")
+    if unscored.counts:
+        click.echo(f"rlvr: {unscored.line(what='records')}", err=True)
     if stringified:
         click.echo(f"rlvr: note: the reward_info of {stringified} records held values that are not JSON; "
                    "they were written as strings", err=True)

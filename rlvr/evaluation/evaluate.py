@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from rlvr.evaluation.compare import counted, percent
+from rlvr import RlvrError
 from rlvr.host.registry import Registry
 from rlvr.kit import write_replacing
 from rlvr.models.distributed import process_group_scope
@@ -54,12 +55,15 @@ def _answer_of(info: dict) -> str | None:
 
 
 def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_set: PromptSet, *, rank: int = 0,
-                  world: int = 1, keep_samples: bool = False, episodes=None,
-                  progress_label: str | None = None) -> tuple[dict[str, Any], list[dict]]:
+                  world: int = 1, keep_samples: bool = False, episodes=None, progress_label: str | None = None,
+                  require_scores: bool = False) -> tuple[dict[str, Any], list[dict]]:
     """Sample, score and summarise the eval prompts: (summary, this rank's per-prompt results).
     Ranks split the prompts; the summary's counts are summed over ranks. With ``episodes`` (an
     ``rlvr.sampling.episodes.EpisodeRunner``) each sample is an episode, and the summary has its
-    tool figures. With ``progress_label`` a line is logged at each tenth of the samples drawn."""
+    tool figures. With ``progress_label`` a line is logged at each tenth of the samples drawn.
+    What the rewards could not score is logged in one line; with ``require_scores`` an evaluation
+    whose correctness reward scored no sample (of any rank) raises ``RlvrError`` naming it and why:
+    its accuracy would be a 0 that measured nothing."""
     ev = recipe.eval
     n = max(ev.k)
     temperature = ev.temperature if n == 1 else (ev.temperature or 1.0)
@@ -83,6 +87,9 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
     scored = score_batch(rewards, flat_prompts, [c.text for c in flat], [c.token_ids for c in flat], flat_rows) if flat else None
     if scored is not None and episodes is not None:
         unscore_failed(scored, flat_rows, [correctness])
+    unscored = scored.unscored() if scored is not None else None
+    if unscored is not None and unscored.counts:
+        log.warning(f"evaluation: {unscored.line()}")
     per_prompt = []
     for j, i in enumerate(mine):
         values = scored.values[correctness][j * n : (j + 1) * n]
@@ -109,6 +116,10 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
         local.update(sums)
     total = reduce_sums(local)
     count = total["n"]
+    if require_scores and count and total["unscorable"] == count * n:
+        why = unscored.line([correctness]) if unscored is not None else ""
+        raise RlvrError(f"evaluation scored none of its {int(count * n)} samples with {correctness!r}"
+                        + (f": {why}" if why else ""))
     result: dict[str, Any] = {
         "n": int(count),
         "samples_per_prompt": n,
@@ -167,10 +178,11 @@ def _load_and_evaluate(recipe: Recipe, registry: Registry, keep_samples: bool,
         sampler = make_sampler(recipe, model_path, longest_prompt=eval_set.longest, max_new_tokens=new_tokens,
                                seed=0, eval_rows=len(eval_set.rows), get_model=lambda: model, tokenizer=tokenizer)
         try:
-            rewards = bind_rewards(recipe.rewards, registry, conversational=recipe.eval_prompt.chat_template)
+            rewards = bind_rewards(recipe.rewards, registry, conversational=recipe.eval_prompt.chat_template,
+                                   when_unscored=recipe.when_unscored)
             result, per_prompt = evaluate_with(recipe, rewards, sampler, eval_set, keep_samples=keep_samples,
                                                episodes=episode_runner(recipe, registry, tokenizer, model_path),
-                                               progress_label=label)
+                                               progress_label=label, require_scores=True)
         finally:
             sampler.close()  # vLLM tears its own groups down first
     return result, per_prompt, eval_set

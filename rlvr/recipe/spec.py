@@ -85,7 +85,9 @@ class Shot(Strict):
 
 class PromptConfig(Strict):
     # {{column}} fields over the task's columns; every other brace is literal (rlvr/recipe/template.py).
-    template: str
+    # Exactly one field over a column of chat messages (TRL's conversational format) is that
+    # conversation. Default: the task's `prompt` column, as TRL reads a dataset (text or messages).
+    template: str = "{{prompt}}"
     system: str | None = None
     chat_template: bool = True
     # Columns a reward checks against (its gold answer) that the prompt may show all the same.
@@ -96,11 +98,19 @@ class PromptConfig(Strict):
     shots: list[Shot] = Field(default_factory=list)
 
 
+# What a sample a weighted reward could not score (it raised, returned None, NaN or the wrong
+# count) counts as: "void" leaves the sample's total unscorable (no gradient from it), "skip"
+# sums the rewards that scored it, each with its weight (TRL's nansum), "zero" counts the reward
+# as 0. docs/rewards.md, "When a reward cannot score".
+WhenUnscored = Literal["void", "skip", "zero"]
+
+
 class RewardEntry(Strict):
     weight: float = 1.0
     options: dict[str, Any] = Field(default_factory=dict)
     # reward parameter -> dataset column, when the names differ
     columns: dict[str, str] = Field(default_factory=dict)
+    when_unscored: WhenUnscored | None = None  # default: the recipe's when_unscored
 
 
 class ModelConfig(Strict):
@@ -333,6 +343,9 @@ class TrainerConfig(Strict):
     # Warn when the task reward (eval.correctness_reward, else the first) has been 0 or less for
     # every sample of this many consecutive steps: a format the reward does not read. 0: never.
     stuck_reward_steps: int = Field(default=5, ge=0)
+    # Stop the run (exit status 2) when no sample of this many consecutive steps could be scored:
+    # such steps train nothing. 0: never stop.
+    max_unscored_steps: int = Field(default=3, ge=0)
     # Every this many steps the first samples_groups groups of the step's rollout (rank 0's) go to
     # OUTPUT_DIR/samples.jsonl, per turn for episodes (`rlvr samples RUN` prints them). 0: never.
     samples_every: int = Field(default=4, ge=0)
@@ -386,8 +399,9 @@ class Recipe(Strict):
     description: str = ""
     task: TaskRef
     data: DataConfig = Field(default_factory=DataConfig)
-    prompt: PromptConfig
+    prompt: PromptConfig = Field(default_factory=PromptConfig)
     rewards: dict[str, RewardEntry]
+    when_unscored: WhenUnscored = "void"  # for the rewards that do not set their own
     model: ModelConfig = Field(default_factory=ModelConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)

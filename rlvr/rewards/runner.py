@@ -6,7 +6,8 @@ of the batch is scored alone, so only the records whose call fails get ``None``,
 reason in ``info["error"]``; a value that is not a finite number is ``None`` for its record.
 Every string in a reward's ``info`` and every error is escaped (``escape_controls``): a reason
 may quote a program's output, and is shown in logs, terminals and ``samples.jsonl``.
-Each failing record is counted and logged with the reward's name, and training goes on.
+Each failing record is counted (``Unscored``: per reward, how many and the first reason, which a
+step, an evaluation or ``rlvr score`` reports in one line), and training goes on.
 Rewards run concurrently, one thread each (the slow work inside them - math checking,
 sandboxed code - runs in their own worker processes).
 
@@ -14,6 +15,11 @@ Columns are passed record by record: a required column missing from a record is 
 error (``RlvrError`` naming the record's number in the whole input, ``first_record`` + its
 index); an optional column is passed when any record of the batch has it, ``None`` for the
 records that lack it, so a batch may mix records of different kinds.
+
+A record a weighted reward could not score counts as that reward's ``when_unscored`` says
+(``UNSCORED_MODES``): ``void`` leaves the record's total ``None`` (left out of training's
+baselines and updates), ``skip`` sums the rewards that did score, each with its weight, as TRL
+does (a record none of them scored stays ``None``), ``zero`` counts the reward as 0.
 """
 
 from __future__ import annotations
@@ -22,16 +28,23 @@ import asyncio
 import inspect
 import logging
 import math
+import numbers
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from decimal import Decimal
+from typing import Any, Literal, Mapping, Sequence
 
 from rlvr import RlvrError, Score
 from rlvr.host.registry import REWARD_POSITIONAL, RewardSpec
 from rlvr.kit import escape_controls, one_line
 
 log = logging.getLogger("rlvr.rewards")
+
+# What a record a weighted reward could not score counts as (module docstring): the recipe's
+# ``when_unscored``, or a reward entry's own.
+UnscoredMode = Literal["void", "skip", "zero"]
+UNSCORED_MODES: tuple[str, ...] = ("void", "skip", "zero")
 
 
 @dataclass
@@ -49,9 +62,13 @@ class BoundReward:
     # message, {"role": "assistant", "content": text}), as TRL gives them when the prompts are
     # chat messages: rlvr's are when the recipe renders them with the chat template.
     conversational: bool = False
+    when_unscored: UnscoredMode = "void"  # what a record this reward could not score counts as
 
     def __post_init__(self) -> None:
         self.options = self.spec.check_options(self.options)
+        if self.when_unscored not in UNSCORED_MODES:
+            raise RlvrError(f"reward {self.name!r}: when_unscored must be one of {', '.join(UNSCORED_MODES)}, "
+                            f"not {self.when_unscored!r}")
 
     @property
     def name(self) -> str:
@@ -91,6 +108,71 @@ class RewardBatch:
     def unscorable(self) -> int:
         return sum(v is None for v in self.total)
 
+    def unscored(self) -> Unscored:
+        """Per reward, the records it could not score and why the first could not."""
+        out = Unscored(records=len(self.total), unscorable=self.unscorable())
+        for name in self.names:
+            for value, info in zip(self.values[name], self.infos[name]):
+                if value is None:
+                    out.counts[name] += 1
+                    out.reasons.setdefault(name, str(info.get("error") or "it returned None"))
+        return out
+
+
+REASON_CHARS = 120  # a reason in a summary line is cut here: the whole one is in the record's info
+
+
+@dataclass
+class Unscored:
+    """What the rewards could not score, summed over the batches of a step, an evaluation or an
+    ``rlvr score`` run: one line reports it, not one a batch and reward."""
+
+    records: int = 0  # records scored (or tried)
+    unscorable: int = 0  # records whose total is None
+    counts: Counter = field(default_factory=Counter)  # reward -> records it could not score
+    reasons: dict[str, str] = field(default_factory=dict)  # reward -> why the first could not
+
+    def add(self, other: Unscored) -> Unscored:
+        self.records += other.records
+        self.unscorable += other.unscorable
+        self.counts.update(other.counts)
+        for name, reason in other.reasons.items():
+            self.reasons.setdefault(name, reason)
+        return self
+
+    def line(self, rewards: Sequence[str] | None = None, what: str = "samples") -> str:
+        """``reward 'x' could not score 8 of 8 samples (why the first could not)`` for each reward
+        (of ``rewards`` when given) that failed on some record, most failures first."""
+        names = [n for n in sorted(self.counts, key=lambda n: -self.counts[n]) if rewards is None or n in rewards]
+        return "; ".join(f"reward {n!r} could not score {self.counts[n]} of {self.records} {what} "
+                         f"({_shortened(self.reasons.get(n, ''))})" for n in names)
+
+
+def _shortened(text: str) -> str:
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 3] + "..."
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a float when it is one real number: int, float, bool, a ``numbers.Real``
+    (Fraction, numpy's scalars), a Decimal, or a 0-d array or tensor; else None."""
+    if isinstance(value, (bool, int, float, numbers.Real, Decimal)):
+        return float(value)
+    item, shape = getattr(value, "item", None), getattr(value, "shape", None)
+    if callable(item) and shape is not None and tuple(shape) == ():  # np.bool_, np.array(1.0), torch.tensor(1.0)
+        inner = item()
+        return None if inner is value else _number(inner)
+    return None
+
+
+def _refusal(value: Any) -> str:
+    """Why ``value`` is not a reward, in words that fit it."""
+    shape = getattr(value, "shape", None)
+    if shape is not None and callable(getattr(value, "item", None)):
+        return f"reward returned a {type(value).__name__} of shape {tuple(shape)}, not one number"
+    text = repr(value)
+    text = text if len(text) <= 60 else text[:57] + "..."
+    return f"reward returned {type(value).__name__} {text}, not a number"
+
 
 def _coerce(item: Any) -> tuple[float | None, dict, str | None]:
     """(value, info, error): error says why a value that is not a finite number was refused."""
@@ -100,12 +182,14 @@ def _coerce(item: Any) -> tuple[float | None, dict, str | None]:
         value, info = item, {}
     if value is None:
         return None, info, None
-    if isinstance(value, bool):
-        value = float(value)
-    if not isinstance(value, (int, float)) or not math.isfinite(value):
-        error = f"reward returned {value!r}, not a finite number"
-        return None, {**info, "error": error}, error
-    return float(value), info, None
+    number = _number(value)
+    if number is None:
+        error = _refusal(value)
+    elif not math.isfinite(number):
+        error = f"reward returned {number}, not a finite number"
+    else:
+        return number, info, None
+    return None, {**info, "error": error}, error
 
 
 @dataclass
@@ -217,9 +301,10 @@ def score_batch(
     rows: Sequence[Mapping[str, Any]],
     first_record: int = 1,
 ) -> RewardBatch:
-    """All rewards on one batch, concurrently; total is None where any weighted reward is None.
-    ``first_record``: the number of ``rows[0]`` in the whole input, for messages about records.
-    ``errors`` counts, per reward, the records it failed on."""
+    """All rewards on one batch, concurrently, and each record's weighted total (None: unscorable,
+    as each reward's ``when_unscored`` decides). ``first_record``: the number of ``rows[0]`` in the
+    whole input, for messages about records. ``errors`` counts, per reward, the records it failed
+    on; each batch's failures are logged at debug level (callers report them once: ``unscored``)."""
     for reward in rewards:  # surface missing columns before any work starts
         reward.column_kwargs(rows, first_record)
     with ThreadPoolExecutor(max_workers=max(1, len(rewards)), thread_name_prefix="rlvr-reward") as ex:
@@ -230,20 +315,31 @@ def score_batch(
         values[reward.name], infos[reward.name] = run.values, run.infos
         if run.failed:
             errors[reward.name] += len(run.failed)
-            log.warning("%s", run.message(reward.name, first_record))
-    total: list[float | None] = []
-    for i in range(len(completions)):
-        parts = [(r.weight, values[r.name][i]) for r in rewards if r.weight != 0]
-        total.append(None if any(v is None for _, v in parts) else sum(w * v for w, v in parts))
+            log.debug("%s", run.message(reward.name, first_record))
+    weighted = [r for r in rewards if r.weight != 0]
+    total = [weighted_total([(r.weight, values[r.name][i], r.when_unscored) for r in weighted])
+             for i in range(len(completions))]
     return RewardBatch([r.name for r in rewards], values, infos, total, errors)
 
 
-def bind_rewards(recipe_rewards: Mapping[str, Any], registry, conversational: bool = False) -> list[BoundReward]:
+def weighted_total(parts: Sequence[tuple[float, float | None, str]]) -> float | None:
+    """A record's total from (weight, value, when_unscored) of each weighted reward: None when a
+    ``void`` reward could not score it, or when no reward scored it and none counts as ``zero``."""
+    if any(v is None and mode == "void" for _, v, mode in parts):
+        return None
+    counted = [w * (0.0 if v is None else v) for w, v, mode in parts if v is not None or mode == "zero"]
+    return sum(counted) if counted else None
+
+
+def bind_rewards(recipe_rewards: Mapping[str, Any], registry, conversational: bool = False,
+                 when_unscored: str = "void") -> list[BoundReward]:
     """The recipe's ``rewards:`` section as callable rewards (names already resolved; the options
     are checked again, and converted, by ``BoundReward``). ``conversational``: the recipe's
     prompts are chat messages (``prompt.chat_template``), so TRL-convention rewards get
-    conversational completions, as TRL gives them."""
+    conversational completions, as TRL gives them. ``when_unscored``: the recipe's, for the
+    entries that do not set their own."""
     return [
-        BoundReward(registry.reward(name), entry.weight, dict(entry.options), dict(entry.columns), conversational)
+        BoundReward(registry.reward(name), entry.weight, dict(entry.options), dict(entry.columns), conversational,
+                    entry.when_unscored or when_unscored)
         for name, entry in recipe_rewards.items()
     ]

@@ -15,6 +15,7 @@ import zlib
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
+from rlvr import RlvrError
 from rlvr.kit import open_append, write_replacing
 from rlvr.kit.data import parse_json
 
@@ -111,7 +112,8 @@ def step_row(step: int, s: Mapping[str, float], *, world: int, reward_names: Ite
         "unscorable": int(s["unscorable"]),
         "reward_errors": int(s["reward_errors"]),
         "loss": s["loss"],
-        "kl": _ratio(s["kl"], s["tokens"]),
+        # NaN when nothing was measured (algorithm.kl.beta = 0), not a flat 0
+        "kl": _ratio(s["kl"], s["tokens"]) if s.get("kl_measured", 0.0) > 0 else math.nan,
         "clip_low_frac": _ratio(s["clip_low"], s["tokens"]),
         "clip_high_frac": _ratio(s["clip_high"], s["tokens"]),
         "entropy": _ratio(s["entropy"], s["tokens"]),
@@ -171,9 +173,10 @@ def step_row(step: int, s: Mapping[str, float], *, world: int, reward_names: Ite
 
 def step_line(row: Mapping, total: int) -> str:
     """The one line a step prints."""
-    task = f"  acc {row['task_accuracy']:.3f}" if "task_accuracy" in row else ""
+    task = f"  acc {100 * row['task_accuracy']:.1f}%" if "task_accuracy" in row else ""
+    kl = f"kl {row['kl']:.4f}  " if not math.isnan(row["kl"]) else ""
     return (f"step {row['step']}/{total}  reward {row['reward_mean']:.3f}{task}  len {row['completion_len_mean']:.1f}  "
-            f"truncated {row['truncated_frac']:.2f}  zero-var {row['zero_variance_frac']:.2f}  kl {row['kl']:.4f}  "
+            f"truncated {row['truncated_frac']:.2f}  zero-var {row['zero_variance_frac']:.2f}  {kl}"
             f"loss {row['loss']:+.4f}  {row['time_step']:.1f} s")
 
 
@@ -203,6 +206,38 @@ class StuckReward:
         if self.enabled:
             logging.getLogger("rlvr.training").warning(message)
         return message
+
+
+class UnscoredSteps:
+    """Says in one line what the rewards could not score in a step, and stops the run (``RlvrError``)
+    when no sample of ``limit`` consecutive steps could be scored: such a step has no reward to
+    learn from, so it trains nothing, and a run of them would end as if it had trained.
+
+    The decision is taken from the step's sums reduced over ranks, so every rank stops at the
+    same step; each rank's line (its log; rank 0's on the terminal) names its own failures."""
+
+    def __init__(self, limit: int):
+        self.limit, self.run = limit, 0
+
+    def update(self, step: int, scored: float, failures: str, culprits: str) -> str | None:
+        """``scored``: samples with a total this step, over all ranks; ``failures``: this rank's
+        summary of every reward that failed (``rlvr.rewards.runner.Unscored.line``), ``culprits``:
+        of the weighted ones. Returns the step's line (logged), None when nothing failed."""
+        if scored:
+            self.run = 0
+            line = f"step {step}: {failures}" if failures else None
+        else:
+            self.run += 1
+            line = f"step {step}: no sample could be scored: {culprits or failures or 'every sample was left unscored'}"
+        if line:
+            logging.getLogger("rlvr.training").warning(line)
+        if not scored and self.limit and self.run >= self.limit:
+            raise RlvrError(
+                f"no sample could be scored in {self.run} consecutive steps, so nothing was trained: "
+                f"{culprits or failures or 'every sample was left unscored'}. Fix the reward, or let the samples "
+                "it cannot score count without it (when_unscored: skip or zero); trainer.max_unscored_steps: 0 "
+                "never stops")
+        return line
 
 
 def step_rows(path: Path) -> list[tuple[str, dict]]:

@@ -40,12 +40,13 @@ from rlvr.evaluation.compare import counted, describe, paired_change, paired_sum
 from rlvr.evaluation.evaluate import evaluate_with
 from rlvr.host.registry import Registry
 from rlvr.kit.data import parse_json
-from rlvr.models.distributed import init_default_group, process_group_scope
+from rlvr.models.distributed import environment_scope, init_default_group, process_group_scope
 from rlvr.models.hub import load_tokenizer, resolve_model
 from rlvr.recipe.spec import Recipe
 from rlvr.rewards.runner import BoundReward, bind_rewards
 from rlvr.runs.logs import RunOutput
-from rlvr.runs.metrics import MetricsLog, StuckReward, reduce_sums, rollout_sums, step_line, step_row
+from rlvr.runs.metrics import (MetricsLog, StuckReward, UnscoredSteps, reduce_sums, rollout_sums, step_line,
+                               step_row)
 from rlvr.runs.samples import SamplesLog, sample_records
 from rlvr.runs.tracking import Trackers, check_trackers
 from rlvr.sampling.episodes import episode_runner
@@ -157,12 +158,21 @@ class Evaluator:
 
 def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = False,
           verbose: bool = False) -> dict[str, Any]:
+    """Train ``recipe``; the summary. The run takes down all it set up in this process, however it
+    ends (its process group and DeepSpeed's hold on it in ``_train``, the variables it sets in
+    ``os.environ`` here), so that another run may follow it in the same process."""
+    with environment_scope():
+        return _train(recipe, registry, output_dir, resume, verbose)
+
+
+def _train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool, verbose: bool) -> dict[str, Any]:
     rank, world, local_rank = distributed_env()
     check_shapes(recipe, world)
     output_dir = Path(output_dir)
     ckpt_dir = output_dir / "checkpoints"
-    check_output_dir(ckpt_dir, resume)
-    rewards = bind_rewards(recipe.rewards, registry, conversational=recipe.prompt.chat_template)
+    check_output_dir(output_dir, resume)
+    rewards = bind_rewards(recipe.rewards, registry, conversational=recipe.prompt.chat_template,
+                           when_unscored=recipe.when_unscored)
     trackers = check_trackers(recipe.trainer.report_to)  # one named but not installed: before any model loads
     t, s, algo = recipe.trainer, recipe.sampling, recipe.algorithm
     # However training ends, the sampler is closed (``closing``) and then the default process
@@ -277,7 +287,9 @@ def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = F
 
 class StepReport:
     """What a step leaves: its row in ``metrics.jsonl`` (and TensorBoard), its line on the
-    console, the stuck-reward warning, and every ``trainer.samples_every`` steps its samples."""
+    console, the stuck-reward warning, one line on what the rewards could not score (``RlvrError``
+    after ``trainer.max_unscored_steps`` steps that scored nothing), and every
+    ``trainer.samples_every`` steps its samples."""
 
     def __init__(self, recipe: Recipe, world: int, rank: int, out: RunOutput, tokenizer, trackers: list[str]):
         """``trackers``: the names ``check_trackers`` gave for ``trainer.report_to``."""
@@ -287,6 +299,8 @@ class StepReport:
         self.samples = SamplesLog(folder / "samples.jsonl", every=t.samples_every, groups=t.samples_groups,
                                   enabled=rank == 0)
         self.stuck = StuckReward(t.stuck_reward_steps, recipe.task_reward, enabled=rank == 0)
+        self.unscored = UnscoredSteps(t.max_unscored_steps)
+        self.weighted = [name for name, entry in recipe.rewards.items() if entry.weight != 0]
         self.trackers = Trackers(trackers, output_dir=folder, project=recipe.name,
                                  config=recipe.model_dump(mode="json"), enabled=rank == 0)
 
@@ -308,6 +322,7 @@ class StepReport:
         self.stuck.update(row, rollout.completions)
         if self.samples.due(step + 1):
             self.samples.write(sample_records(step + 1, rollout, advantages, self.decode, self.samples.groups))
+        self.unscored.update(step + 1, sums["reward_n"], rollout.unscored.line(), rollout.unscored.line(self.weighted))
 
 
 # What one more micro-batch costs, in tokens through the model (per-call work that does not grow

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Sequence
 
-from rlvr.rewards.runner import BoundReward, score_batch
+from rlvr.rewards.runner import BoundReward, Unscored, score_batch
 from rlvr.runs.metrics import add_sums
 from rlvr.sampling.episodes import unscore_failed
 from rlvr.sampling.prompts import PromptSet
@@ -67,6 +67,7 @@ class Rollout:
     pool: dict[str, float] | None = None  # the prompt pool's figures (rlvr.training.pool), when there is one
     pool_state: dict | None = None  # the pool's state after taking these prompts, for the checkpoint
     reward_infos: dict[str, list] | None = None  # per reward, per completion: what it said (why, pred, ...)
+    unscored: Unscored = field(default_factory=Unscored)  # what the rewards could not score, all rounds
 
     @property
     def reward_names(self) -> list[str]:
@@ -123,6 +124,7 @@ class RolloutProducer:
         k = self.sampling.num_generations
         kept: list[tuple[int, list[Completion], list[float | None], dict[str, list], dict[str, list]]] = []
         errors = rounds = 0
+        unscored = Unscored()
         t_gen = t_score = 0.0
         episodes: dict[str, float] | None = None
         wanted = self.stream.take(self.groups)
@@ -142,6 +144,7 @@ class RolloutProducer:
             if sums is not None:
                 unscore_failed(scored, rows)
                 episodes = add_sums(episodes, sums)
+            unscored.add(scored.unscored())
             for g, index in enumerate(wanted):
                 part = slice(g * k, (g + 1) * k)
                 if record is not None:
@@ -159,7 +162,7 @@ class RolloutProducer:
             rewards=[r for _, _, rs, *_ in kept for r in rs],
             reward_values={n: [v for *_, vals, _ in kept for v in vals[n]] for n in names},
             reward_infos={n: [x for *_, infos in kept for x in infos[n]] for n in names},
-            reward_errors=errors, rounds=rounds, time_generate=t_gen, time_score=t_score,
+            reward_errors=errors, unscored=unscored, rounds=rounds, time_generate=t_gen, time_score=t_score,
             stream_position=self.stream.position, episodes=episodes,
             time_env=episodes.pop("time_env", 0.0) if episodes else 0.0,
             pool=self.stream.figures() if record else None, pool_state=self.stream.state() if record else None,
