@@ -1,6 +1,7 @@
 """The `rlvr` command: listings, validate, score, and clean failures (exit 2, one line)."""
 
 import json
+import math
 import re
 import os
 import signal
@@ -712,3 +713,24 @@ def test_score_takes_chat_completions(plugged, tmp_path):
     bad.write_text('{"completion": 5, "answer": "5"}\n')
     one_line_error(plugged("score", "--reward", "needy", "--input", bad, "--output", "-"),
                    "record 1 has no 'completion' (a string, or chat messages")
+
+
+@pytest.mark.slow
+def test_plot_says_kl_was_not_measured_instead_of_drawing_zeros(tmp_path):
+    """With algorithm.kl.beta = 0 the metrics' kl is NaN (nothing measured): its panel says so."""
+    import matplotlib
+
+    from rlvr.runs.plotting import plot_metrics
+
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"step": s, "reward_mean": 0.1 * s, "kl": math.nan, "completion_len_mean": 9.0} for s in (1, 2, 3)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # text as text, to be read back
+        plot_metrics(run, tmp_path / "c.svg")
+    assert (tmp_path / "c.svg").read_text().count("not measured") == 2  # KL and the absent zero-variance panel
+    rows = [{**r, "kl": 0.01 * r["step"]} for r in rows]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        plot_metrics(run, tmp_path / "c.svg")
+    assert (tmp_path / "c.svg").read_text().count("not measured") == 1

@@ -149,8 +149,8 @@ def test_step_row_from_sums():
                       reward_errors=1, rounds=2)
     sums = rollout_sums(rollout)
     assert sums["len_max"] == 4 and sums["truncated"] == 1 and sums["reward/m/n"] == 3
-    update = {"loss": 0.25, "kl": 2.0, "entropy": 6.0, "clip_low": 1.0, "clip_high": 0.0, "tokens": 12.0,
-              "groups": 2, "zero_variance": 1, "too_few_scorable": 0, "unscorable": 1}
+    update = {"loss": 0.25, "kl": 2.0, "kl_measured": 1.0, "entropy": 6.0, "clip_low": 1.0, "clip_high": 0.0,
+              "tokens": 12.0, "groups": 2, "zero_variance": 1, "too_few_scorable": 0, "unscorable": 1}
     row = step_row(4, {**sums, **update}, world=2, reward_names=["m"],
                    times={"generate": 2.0, "step": 5.0}, lr=1e-5, grad_norm=0.7)
     assert row["reward_mean"] == pytest.approx(0.5) and row["reward_std"] == pytest.approx(math.sqrt(1.25 / 3 - 0.25))
@@ -158,7 +158,10 @@ def test_step_row_from_sums():
     assert row["completion_len_mean"] == 3.0 and row["truncated_frac"] == 0.25 and row["zero_variance_frac"] == 0.5
     assert row["reward/m"] == pytest.approx(2 / 3) and row["sampling_rounds"] == 1.0 and row["tokens_per_s"] == 6.0
     assert row["time_step"] == 5.0 and row["lr"] == 1e-5 and row["reward_errors"] == 1
-    assert step_line(row, 10).startswith("step 4/10  reward 0.500")
+    assert step_line(row, 10).startswith("step 4/10  reward 0.500") and "kl 0.1667" in step_line(row, 10)
+    unmeasured = step_row(4, {**sums, **update, "kl": 0.0, "kl_measured": 0.0}, world=2, reward_names=["m"],
+                          times={"generate": 2.0, "step": 5.0}, lr=1e-5, grad_norm=0.7)
+    assert math.isnan(unmeasured["kl"]) and " kl " not in step_line(unmeasured, 10)  # beta = 0: not a flat 0
 
 
 def test_task_accuracy_beside_the_total():
@@ -171,7 +174,7 @@ def test_task_accuracy_beside_the_total():
     row = step_row(1, {**sums, **update}, world=1, reward_names=["m", "shape"], times={"step": 1.0}, lr=1.0,
                    grad_norm=0.0)
     assert row["task_accuracy"] == pytest.approx(1 / 3) and row["reward_mean"] == pytest.approx(1.4 / 3)
-    assert "acc 0.333" in step_line(row, 1)
+    assert "acc 33.3%" in step_line(row, 1)
     assert "task_accuracy" not in step_row(0, {**rollout_sums(rollout), **update}, world=1, reward_names=["m"],
                                            times={}, lr=1.0, grad_norm=0.0)
     # ranks combine the largest task reward by taking the largest

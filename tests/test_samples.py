@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from rlvr.runs.samples import SamplesLog, format_records, read_samples, sample_records, turns
 from rlvr.sampling.samplers import Completion
 from rlvr.training.rollout import Rollout
@@ -49,6 +51,9 @@ def test_records_of_the_first_groups_with_rewards_reasons_and_advantages():
 def test_samples_log_writes_every_n_steps_and_a_resume_drops_what_it_redoes(tmp_path):
     log = SamplesLog(tmp_path / "samples.jsonl", every=2, groups=1, enabled=True)
     assert [s for s in range(1, 7) if log.due(s)] == [2, 4, 6]
+    short = SamplesLog(tmp_path / "short.jsonl", every=4, groups=1, enabled=True, last=3)
+    assert [s for s in range(1, 4) if short.due(s)] == [3]  # a run shorter than samples_every: its last step
+    assert [s for s in range(1, 8) if SamplesLog(tmp_path / "x", every=4, groups=1, enabled=True, last=7).due(s)] == [4, 7]
     for step in (2, 4, 6):
         log.write(sample_records(step, rollout(), None, decode, groups=1))
     with open(log.path, "a") as f:
@@ -84,3 +89,16 @@ def test_the_samples_command(tmp_path):
     assert group.returncode == 0 and "=== step 2, group 1" in group.stdout and "group 0" not in group.stdout
     absent = run_rlvr("samples", tmp_path, "--step", "3")
     assert absent.returncode == 2 and "no samples of step 3; steps with samples: 2, 4" in absent.stderr
+
+
+def test_train_result_says_why_it_has_no_samples(tmp_path):
+    from rlvr import RlvrError
+    from rlvr.api.python import TrainResult
+
+    result = TrainResult(tmp_path, {})
+    with pytest.raises(RlvrError, match=r"holds no samples: the run wrote none \(trainer.samples_every: 0\)"):
+        result.samples()
+    (tmp_path / "samples.jsonl").write_text('{"step": 4, "group": 0}\n{"step": 6, "group": 0}\n')
+    assert [r["step"] for r in result.samples()] == [4, 6] and result.samples(6) == [{"step": 6, "group": 0}]
+    with pytest.raises(RlvrError, match=r"no samples of step 5 .* it has the samples of steps 4, 6"):
+        result.samples(5)

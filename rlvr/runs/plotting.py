@@ -73,7 +73,10 @@ def plot_metrics(run_dir: Path, output: Path | str | None = None) -> Path | str:
         steps = [_number(r["step"]) for r in rows]
         for ax, (key, title) in zip(axes, PANELS):
             values = [_number(r.get(key)) for r in rows]
-            ax.plot(steps, [math.nan if v is None else v for v in values], marker=".")
+            if all(v is None for v in values):  # e.g. KL when algorithm.kl.beta is 0: say so, draw no 0s
+                ax.text(0.5, 0.5, "not measured", ha="center", va="center", transform=ax.transAxes, color="0.4")
+            else:
+                ax.plot(steps, [math.nan if v is None else v for v in values], marker=".")
             ax.set_title(title)
             ax.set_xlabel("step")
             ax.grid(alpha=0.3)

@@ -70,15 +70,17 @@ def sample_records(step: int, rollout, advantages: Sequence[float] | None, decod
 
 
 class SamplesLog:
-    """``samples.jsonl``: the records of every ``every``-th step (none when ``every`` is 0),
-    written by rank 0; a resumed run first drops what it will write again."""
+    """``samples.jsonl``: the records of every ``every``-th step and of the ``last`` (none when
+    ``every`` is 0), written by rank 0; a resumed run first drops what it will write again. The
+    last step's are always there, so a run shorter than ``every`` steps still shows what it wrote."""
 
-    def __init__(self, path: Path, *, every: int, groups: int, enabled: bool):
+    def __init__(self, path: Path, *, every: int, groups: int, enabled: bool, last: int | None = None):
         self.path, self.every, self.groups, self.enabled = Path(path), every, groups, enabled and every > 0
+        self.last = last
 
     def due(self, step: int) -> bool:
         """``step`` numbered from 1."""
-        return self.enabled and step % self.every == 0
+        return self.enabled and (step % self.every == 0 or step == self.last)
 
     def write(self, records: Iterable[Mapping]) -> None:
         if not self.enabled:

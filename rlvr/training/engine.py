@@ -297,7 +297,7 @@ class StepReport:
         self.recipe, self.world, self.out, self.decode = recipe, world, out, tokenizer.decode
         self.metrics = MetricsLog(folder / "metrics.jsonl", enabled=rank == 0)
         self.samples = SamplesLog(folder / "samples.jsonl", every=t.samples_every, groups=t.samples_groups,
-                                  enabled=rank == 0)
+                                  enabled=rank == 0, last=t.steps)
         self.stuck = StuckReward(t.stuck_reward_steps, recipe.task_reward, enabled=rank == 0)
         self.unscored = UnscoredSteps(t.max_unscored_steps)
         self.weighted = [name for name, entry in recipe.rewards.items() if entry.weight != 0]

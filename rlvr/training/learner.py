@@ -261,6 +261,7 @@ class Learner:
             self._old_and_ref(plan, prompts, completions, masks, old, ref, want_old=need_old, want_ref=kl_in_loss)
         bounds = loss_bounds(algo)
         stats = dict.fromkeys(("loss", "kl", "entropy", "clip_low", "clip_high", "tokens"), 0.0)
+        stats["kl_measured"] = float(kl.beta > 0)  # else the row's kl is NaN: not measured, not 0
         if kl_in_reward:  # measured on every sequence: the skipped ones' from the pass above
             stats["kl"] = float(sum(kl_seq[i] for i in skipped))
         # Importance weights between the sampler (behaviour) and the policy this update starts
