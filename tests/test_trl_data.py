@@ -49,3 +49,97 @@ def test_a_list_inside_other_text_is_refused_not_shown_as_a_repr(value, message)
     with pytest.raises(RlvrError) as err:
         render("Answer this: {{prompt}}", {"prompt": value})
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+# -- a TRL dataset through the `dataset` task, validation and prompt rendering ---------------------
+
+import json  # noqa: E402
+
+from rlvr.host.registry import load_registry  # noqa: E402
+from rlvr.recipe.load import load_recipe  # noqa: E402
+from rlvr.recipe.resolve import load_rows, resolve  # noqa: E402
+from rlvr.recipe.spec import PromptConfig  # noqa: E402
+from rlvr.recipe.template import check_prompt_row, prompt_messages  # noqa: E402
+from rlvr.sampling.prompts import render_all  # noqa: E402
+
+TRL_ROWS = [{"prompt": [{"role": "system", "content": "Reply with a number."},
+                        {"role": "user", "content": f"What is {a} + {b}?"}], "solution": str(a + b)}
+            for a in range(1, 11) for b in range(1, 6)]
+
+
+@pytest.fixture(scope="module")
+def chat_tok(smollm_path):
+    """SmolLM2's tokenizer and its ChatML template (``<|im_start|>role\\n...<|im_end|>``)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(smollm_path)
+
+
+def trl_recipe(tmp_path, rows, prompt=None, rewards=None):
+    data = tmp_path / "trl.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    recipe = {"name": "trl", "task": {"name": "dataset", "options": {"path": str(data), "columns": ["prompt", "solution"]}},
+              "rewards": rewards or {"math": {"weight": 1.0, "columns": {"answer": "solution"}}}}
+    if prompt is not None:
+        recipe["prompt"] = prompt
+    (tmp_path / "r.yaml").write_text(json.dumps(recipe))
+    return load_recipe(tmp_path / "r.yaml")
+
+
+@pytest.mark.parametrize("prompt", [None, {"template": "{{prompt}}"}], ids=["no-template", "template"])
+def test_a_conversational_jsonl_validates_and_renders_its_turns(tmp_path, chat_tok, prompt):
+    recipe, registry = trl_recipe(tmp_path, TRL_ROWS, prompt), load_registry()
+    resolve(recipe, registry)
+    rows = load_rows(registry, recipe.task, "train")
+    for row in rows:
+        check_prompt_row(recipe.prompt, row)
+    first = render_all(chat_tok, recipe.prompt, rows[:2])[0]
+    question = rows[0]["prompt"][1]["content"]
+    assert first.text == (f"<|im_start|>system\nReply with a number.<|im_end|>\n<|im_start|>user\n{question}"
+                          "<|im_end|>\n<|im_start|>assistant\n")
+    assert first.messages == rows[0]["prompt"] and "{'role'" not in first.text
+
+
+def test_shots_go_after_the_conversations_system_turn_and_an_assistant_turn_is_continued(chat_tok):
+    cfg = PromptConfig(template="{{prompt}}", shots=[{"user": "What is 1 + 1?", "assistant": "2"}])
+    row = {"prompt": [*TRL_ROWS[0]["prompt"], {"role": "assistant", "content": "The answer is"}]}
+    assert [m["role"] for m in prompt_messages(cfg, row)] == ["system", "user", "assistant", "user", "assistant"]
+    text = render_all(chat_tok, cfg, [row])[0].text
+    assert text.endswith("<|im_start|>assistant\nThe answer is")  # continued, as TRL does, no new turn
+
+
+@pytest.mark.parametrize("prompt, rows, message", [
+    ({"template": "Solve: {{prompt}}"}, TRL_ROWS,
+     "row 1: prompt field {{prompt}}: column 'prompt' holds chat messages, which a template shows only as the whole"),
+    ({"template": "{{prompt}}", "chat_template": False}, TRL_ROWS,
+     "row 1: column 'prompt' holds chat messages, which are rendered only through the model's chat template"),
+    ({"template": "{{prompt}}", "system": "Be brief."}, TRL_ROWS,
+     "row 1: column 'prompt' starts with its own system message and prompt.system gives another"),
+    (None, [{"prompt": [{"from": "human", "value": f"What is {i} + 1?"}], "solution": str(i + 1)} for i in range(20)],
+     "column 'prompt' message 1 has 'from': rlvr reads a message's role and content only"),
+])
+def test_refused_conversations_are_one_line(tmp_path, prompt, rows, message):
+    recipe, registry = trl_recipe(tmp_path, rows, prompt), load_registry()
+    resolve(recipe, registry)
+    with pytest.raises(RlvrError) as err:
+        for n, row in enumerate([*load_rows(registry, recipe.task, "train"), *load_rows(registry, recipe.task, "test")]):
+            try:
+                check_prompt_row(recipe.prompt, row)
+            except RlvrError as exc:
+                raise RlvrError(f"row {n + 1}: {exc}") from None
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_without_a_template_a_task_lacking_a_prompt_column_is_told_what_to_write(tmp_path):
+    (tmp_path / "r.yaml").write_text(json.dumps({"name": "g", "task": "gsm8k", "rewards": {"math": 1.0}}))
+    with pytest.raises(RlvrError, match="prompt.template is not given, so the prompt is the task's 'prompt' column"):
+        resolve(load_recipe(tmp_path / "r.yaml"), load_registry())
+
+
+def test_a_tokenizer_without_a_chat_template_refuses_a_conversation(chat_tok):
+    import copy
+
+    plain = copy.copy(chat_tok)
+    plain.chat_template = None
+    with pytest.raises(RlvrError, match="the model's tokenizer has no chat template to render them"):
+        render_all(plain, PromptConfig(), TRL_ROWS[:1])

@@ -29,7 +29,8 @@ from typing import Any, Iterable, Mapping
 
 from rlvr import RlvrError
 
-__all__ = ["fields", "render", "FIELD_HELP", "ROLES", "check_messages", "messages", "conversation_column"]
+__all__ = ["fields", "render", "FIELD_HELP", "ROLES", "check_messages", "messages", "conversation_column",
+           "row_conversation", "prompt_messages", "prompt_text", "check_prompt_row"]
 
 FIELD_HELP = "fields are written {{column}}, other braces are literal, e.g. \\boxed{}"
 
@@ -154,3 +155,50 @@ def conversation_column(text: str) -> str | None:
     m = _DOUBLE.fullmatch(text.strip())
     name = _NAME.fullmatch(m.group(1)) if m else None
     return name.group(1) if name else None
+
+
+def row_conversation(template: str, row: Mapping[str, Any]) -> list[dict] | None:
+    """The row's chat messages when ``template`` takes a column whole and the row holds a list
+    there (checked: ``RlvrError`` naming the column), else None (the template is text)."""
+    column = conversation_column(template)
+    if column is None or not isinstance(row.get(column), (list, tuple)):
+        return None
+    return messages(row[column], column)
+
+
+def prompt_messages(prompt, row: Mapping[str, Any]) -> list[dict]:
+    """The conversation a row's prompt is, for the chat template: ``prompt.system``, then the
+    worked examples (``prompt.shots``) as earlier turns, then the rendered template as the user
+    turn, or the row's own messages when the template is one column of them (its own system
+    message first, where ``prompt.system`` would be: giving both is refused)."""
+    system = [{"role": "system", "content": render(prompt.system, row)}] if prompt.system else []
+    shots = [turn for shot in prompt.shots for turn in ({"role": "user", "content": shot.user},
+                                                        {"role": "assistant", "content": shot.assistant})]
+    turns = row_conversation(prompt.template, row)
+    if turns is None:
+        return system + shots + [{"role": "user", "content": render(prompt.template, row)}]
+    if turns[0]["role"] == "system":
+        if system:
+            raise RlvrError(f"column {conversation_column(prompt.template)!r} starts with its own system message and "
+                            "prompt.system gives another: drop prompt.system (or the rows' system messages)")
+        system, turns = turns[:1], turns[1:]
+    return system + shots + turns
+
+
+def prompt_text(prompt, row: Mapping[str, Any]) -> str:
+    """A row's prompt without a chat template: the system text, each worked example as
+    "user\n\nassistant\n\n", then the rendered template. A column of chat messages has no plain
+    form here (it would need a format rlvr invents): refused."""
+    column = conversation_column(prompt.template)
+    if column is not None and isinstance(row.get(column), (list, tuple)):
+        raise RlvrError(f"column {column!r} holds chat messages, which are rendered only through the model's chat "
+                        "template: set prompt.chat_template: true, with a model whose tokenizer has one")
+    system = render(prompt.system, row) if prompt.system else None
+    return ((system + "\n\n" if system else "") + "".join(f"{s.user}\n\n{s.assistant}\n\n" for s in prompt.shots)
+            + render(prompt.template, row))
+
+
+def check_prompt_row(prompt, row: Mapping[str, Any]) -> None:
+    """Everything about a row's prompt that can be checked without the tokenizer (fields, chat
+    messages, ``prompt.system`` against the row's own): ``RlvrError`` when it cannot be rendered."""
+    prompt_messages(prompt, row) if prompt.chat_template else prompt_text(prompt, row)

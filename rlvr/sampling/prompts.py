@@ -12,39 +12,47 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from rlvr import RlvrError
-from rlvr.recipe.template import render
+from rlvr.recipe.template import conversation_column, prompt_messages, prompt_text, render, row_conversation
 
 
 @dataclass(frozen=True)
 class Prompt:
     ids: list[int]
     text: str
+    # The conversation rendered through the chat template (TRL's rewards get it as their prompt,
+    # as TRL gives a conversational dataset's); None when the prompt is plain text.
+    messages: list[dict] | None = None
 
 
 def render_prompt(tokenizer, prompt_cfg, row: dict) -> list[int]:
     """Prompt token ids: ``{{column}}`` fields of ``system`` and ``template`` filled from the row,
     after the recipe's worked examples (``shots``) as earlier turns, then wrapped in the
-    tokenizer's chat template (unless the recipe turns it off)."""
-    user = render(prompt_cfg.template, row)
-    system = render(prompt_cfg.system, row) if prompt_cfg.system else None
-    shots = getattr(prompt_cfg, "shots", ())
+    tokenizer's chat template (unless the recipe turns it off); a template that is one column of
+    chat messages is that conversation (``rlvr.recipe.template.prompt_messages``)."""
+    return _render(tokenizer, prompt_cfg, row)[0]
+
+
+def _render(tokenizer, prompt_cfg, row: dict) -> tuple[list[int], list[dict] | None]:
+    """(token ids, the messages rendered or None for plain text)."""
     if not prompt_cfg.chat_template or tokenizer.chat_template is None:
-        text = (system + "\n\n" if system else "") + "".join(f"{s.user}\n\n{s.assistant}\n\n" for s in shots) + user
-        return tokenizer(text, add_special_tokens=True)["input_ids"]
-    messages = ([{"role": "system", "content": system}] if system else [])
-    for shot in shots:  # worked examples, as earlier turns of the conversation
-        messages += [{"role": "user", "content": shot.user}, {"role": "assistant", "content": shot.assistant}]
-    messages += [{"role": "user", "content": user}]
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
-    return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        if prompt_cfg.chat_template and row_conversation(prompt_cfg.template, row) is not None:
+            raise RlvrError(f"column {conversation_column(prompt_cfg.template)!r} holds chat messages, but the "
+                            "model's tokenizer has no chat template to render them: use a model that has one")
+        return tokenizer(prompt_text(prompt_cfg, row), add_special_tokens=True)["input_ids"], None
+    messages = prompt_messages(prompt_cfg, row)
+    # As TRL: a prompt ending with the assistant's turn is continued, any other gets the generation prompt.
+    go_on = messages[-1]["role"] == "assistant"
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=not go_on, continue_final_message=go_on,
+                                        tokenize=True)
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids), messages
 
 
 def render_all(tokenizer, prompt_cfg, rows: Sequence[dict]) -> list[Prompt]:
-    """Every row's prompt, ids and text, rendered once."""
+    """Every row's prompt, ids, text and messages, rendered once."""
     out = []
     for row in rows:
-        ids = render_prompt(tokenizer, prompt_cfg, row)
-        out.append(Prompt(ids, tokenizer.decode(ids, skip_special_tokens=False)))
+        ids, messages = _render(tokenizer, prompt_cfg, row)
+        out.append(Prompt(ids, tokenizer.decode(ids, skip_special_tokens=False), messages))
     return out
 
 
@@ -95,6 +103,14 @@ def _words(text: str) -> str:
     return " ".join(text.split())
 
 
+def _question(prompt_cfg, row: dict) -> str:
+    """The row's question: the rendered template, or a conversation's last user turn."""
+    turns = row_conversation(prompt_cfg.template, row)
+    if turns is None:
+        return render(prompt_cfg.template, row)
+    return next((m["content"] for m in reversed(turns) if m["role"] == "user"), "")
+
+
 def drop_shot_rows(prompt_cfg, rows: Sequence[dict], positions: Sequence[int]) -> tuple[list[dict], list[int]]:
     """The rows (and their places) whose question is not one of the recipe's worked examples
     (``prompt.shots``): a shot's question, trained on or evaluated, carries its own answer in the
@@ -102,7 +118,7 @@ def drop_shot_rows(prompt_cfg, rows: Sequence[dict], positions: Sequence[int]) -
     shown = {_words(shot.user) for shot in prompt_cfg.shots}
     if not shown:
         return list(rows), list(positions)
-    keep = [i for i, row in enumerate(rows) if _words(render(prompt_cfg.template, row)) not in shown]
+    keep = [i for i, row in enumerate(rows) if _words(_question(prompt_cfg, row)) not in shown]
     return [rows[i] for i in keep], [positions[i] for i in keep]
 
 
