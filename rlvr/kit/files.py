@@ -165,6 +165,31 @@ def _umask() -> int:
     return mask
 
 
+def modes_follow_umask(folder: str | os.PathLike, what: str) -> None:
+    """Give the regular files in ``folder`` the mode a plain ``open()`` gives a new file
+    (``0666 & ~umask``): libraries that write through a private temporary file leave 0600
+    (``save_pretrained``'s safetensors), which made the final model the one file of a run that
+    others in the user's group could not read. Links in it are left alone, never followed."""
+    mode = 0o666 & ~_umask()
+    folder_fd = open_folder(folder, what)
+    if folder_fd is None:
+        return
+    try:
+        for name in os.listdir(folder_fd):
+            try:
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=folder_fd)
+            except OSError:  # a link (ELOOP), or gone
+                continue
+            try:
+                st = os.fstat(fd)
+                if stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) != mode:
+                    os.fchmod(fd, mode)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(folder_fd)
+
+
 def _temporary(folder_fd: int, name: str) -> tuple[int, str]:
     """A new empty file beside ``name`` (mode 0600 until the caller sets it), registered for
     :func:`remove_temporaries` with no signal in between."""

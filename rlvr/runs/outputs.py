@@ -81,6 +81,24 @@ def check_folder_target(path: str | os.PathLike, option: str, *, private: bool =
         os.close(fd)
 
 
+# What ``rlvr train`` writes into its folder besides its logs (``train.log`` and the samplers'
+# logs are appended to, so a run that failed before writing anything else may be started
+# again): rlvr.training.engine (eval.jsonl, eval_before.rank<r>.json, final/, summary.json),
+# rlvr.training.checkpoint (checkpoints/), rlvr.runs.metrics/samples/plotting (metrics.jsonl,
+# samples.jsonl, curves.png) and rlvr.runs.tracking (tensorboard/, wandb/).
+RUN_OUTPUTS = ("metrics.jsonl", "samples.jsonl", "eval.jsonl", "eval_before.rank*.json", "summary.json",
+               "curves.png", "checkpoints", "final", "tensorboard", "wandb")
+
+
+def run_outputs_in(folder: str | os.PathLike) -> list[str]:
+    """The names in ``folder`` that a training run wrote (:data:`RUN_OUTPUTS`), sorted; [] when
+    the folder is missing or holds only logs and files of the user's own."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return []
+    return sorted({p.name for pattern in RUN_OUTPUTS for p in folder.glob(pattern)})
+
+
 @contextmanager
 def open_output(path: str | os.PathLike, *, binary: bool = False, option: str = "--output") -> Iterator[IO]:
     """An open file for ``path`` per the rules above; the old content is replaced only when the

@@ -22,6 +22,8 @@ from typing import Any
 from rlvr import RlvrError
 from rlvr.kit import write_replacing
 from rlvr.kit.data import parse_json
+from rlvr.kit.files import modes_follow_umask
+from rlvr.runs.outputs import run_outputs_in
 from rlvr.training.pool import check_state as check_pool_state
 
 
@@ -31,14 +33,22 @@ class TrainState:
     pool: dict | None = None  # the prompt pool's state (rlvr.training.pool) a resumed run continues from
 
 
-def check_output_dir(ckpt_dir: Path, resume: bool) -> None:
-    """A new run never writes over an old one; ``--resume`` needs one to continue."""
-    exists = (ckpt_dir / "latest").exists()
-    if exists and not resume:
-        raise RlvrError(f"{ckpt_dir.parent} already holds a run: pass --resume to continue it, "
+def check_output_dir(output_dir: Path, resume: bool) -> None:
+    """A new run never writes into another run's folder (its metrics would go on after the old
+    rows, its TensorBoard file beside theirs); ``--resume`` needs a checkpoint to continue from.
+    Logs and the user's own files do not count (``rlvr.runs.outputs.RUN_OUTPUTS``)."""
+    checkpoint = (output_dir / "checkpoints" / "latest").exists()
+    found = run_outputs_in(output_dir)
+    if checkpoint and not resume:
+        raise RlvrError(f"{output_dir} already holds a run: pass --resume to continue it, "
                         "or choose another --output-dir")
-    if resume and not exists:
-        raise RlvrError(f"--resume: no checkpoint in {ckpt_dir}")
+    if found and not checkpoint:
+        where = "--resume: " if resume else ""
+        raise RlvrError(f"{where}{output_dir} holds the output of a run ({', '.join(found[:4])}) that has no "
+                        "checkpoint to resume: the steps it logged were not saved; choose another --output-dir, "
+                        "or remove that run's files first")
+    if resume and not checkpoint:
+        raise RlvrError(f"--resume: no checkpoint in {output_dir / 'checkpoints'}")
 
 
 RANK_STATE_FORMAT = 2  # 1: pickled ``rng_rank{r}.pt`` files, which --resume no longer reads
@@ -217,8 +227,33 @@ def weights_only_loads(engine):
         engine.checkpoint_engine = inner
 
 
-def save_final(engine, tokenizer, folder: Path, *, rank: int, zero3: bool, lora: bool) -> None:
-    """A plain transformers folder that `rlvr eval --model` (and vLLM) can load."""
+FINAL_DTYPES = ("float32", "bfloat16", "float16")
+
+
+def final_dtype(setting: str, model_path: str) -> str:
+    """The dtype ``final/`` is saved in (``trainer.final_dtype``): for ``model`` the base model's
+    own (its config's ``dtype``; float32 when it names none), whatever the master weights were."""
+    if setting != "model":
+        return setting
+    from transformers import AutoConfig
+
+    dtype = getattr(AutoConfig.from_pretrained(model_path), "dtype", None)
+    name = str(dtype).removeprefix("torch.") if dtype is not None else "float32"
+    return name if name in FINAL_DTYPES else "float32"
+
+
+def cast_state(state: dict, dtype) -> dict:
+    """``state``'s floating-point tensors in ``dtype``; tensors that share storage (tied
+    embeddings) still share it, so the file keeps one copy."""
+    cast: dict[int, Any] = {}
+    return {k: cast.setdefault(v.data_ptr(), v.to(dtype)) if v.is_floating_point() else v for k, v in state.items()}
+
+
+def save_final(engine, tokenizer, folder: Path, *, rank: int, zero3: bool, lora: bool, dtype: str = "float32") -> None:
+    """A plain transformers folder that `rlvr eval --model` (and vLLM) can load, its weights in
+    ``dtype`` (:func:`final_dtype`), its files' modes what the umask gives a new file."""
+    import torch
+
     module = engine.module
     if lora:
         module = module.merge_and_unload()
@@ -227,5 +262,9 @@ def save_final(engine, tokenizer, folder: Path, *, rank: int, zero3: bool, lora:
     else:
         state = module.state_dict()
     if rank == 0:
-        module.save_pretrained(folder, state_dict=state)
+        module.save_pretrained(folder, state_dict=cast_state(state, getattr(torch, dtype)))
+        config = module.config.__class__.from_dict(module.config.to_dict())
+        config.dtype = dtype  # save_pretrained wrote the module's own (float32 master weights)
+        config.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
+        modes_follow_umask(folder, "final model")

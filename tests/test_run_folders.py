@@ -1,0 +1,164 @@
+"""A run folder tells the truth: a new run never writes into another run's folder, ``--resume``
+says when there is nothing to resume, and the files of a run share one mode (the umask's)."""
+
+import json
+import os
+import stat
+from types import SimpleNamespace
+
+import pytest
+
+from conftest import one_line_error, run_rlvr
+from rlvr import RlvrError
+from rlvr.kit.files import modes_follow_umask
+from rlvr.runs.outputs import RUN_OUTPUTS, run_outputs_in
+from rlvr.training.checkpoint import check_output_dir
+
+RECIPE = """
+name: folders
+task: {{name: arithmetic, options: {{size: 8}}}}
+prompt: {{template: "{{{{question}}}}"}}
+rewards: {{math: 1.0}}
+model: {{name: {model}}}
+sampling: {{backend: hf, num_generations: 2, max_tokens: 4}}
+trainer: {{steps: 1, rollout_batch_size: 4, micro_batch_size: 4}}
+"""
+
+
+def with_checkpoint(folder):
+    (folder / "checkpoints" / "step8").mkdir(parents=True)
+    (folder / "checkpoints" / "latest").write_text("step8")
+
+
+@pytest.mark.parametrize("name", ["metrics.jsonl", "samples.jsonl", "eval.jsonl", "eval_before.rank0.json",
+                                  "summary.json", "curves.png", "tensorboard", "final", "checkpoints", "wandb"])
+def test_a_new_run_refuses_a_folder_holding_any_run_output(tmp_path, name):
+    if "." in name:
+        (tmp_path / name).write_text("{}\n")
+    else:
+        (tmp_path / name).mkdir()
+    assert run_outputs_in(tmp_path) == [name]
+    with pytest.raises(RlvrError, match="no checkpoint to resume: the steps it logged were not saved") as err:
+        check_output_dir(tmp_path, resume=False)
+    assert name in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(RlvrError, match="^--resume: .* no checkpoint to resume"):
+        check_output_dir(tmp_path, resume=True)
+
+
+def test_a_run_with_a_checkpoint_is_continued_with_resume_only(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
+    with_checkpoint(tmp_path)
+    with pytest.raises(RlvrError, match="already holds a run: pass --resume to continue it, or choose another"):
+        check_output_dir(tmp_path, resume=False)
+    check_output_dir(tmp_path, resume=True)
+
+
+def test_logs_and_the_users_own_files_do_not_make_a_run(tmp_path):
+    """A run that failed before writing anything but its log may be started again (the log is
+    appended to); files of the user's own are left alone and allowed."""
+    for name in ("train.log", "train.rank1.log", "sampler-0.log", "notes.txt", "recipe.yaml"):
+        (tmp_path / name).write_text("mine\n")
+    check_output_dir(tmp_path, resume=False)
+    check_output_dir(tmp_path / "missing", resume=False)
+    with pytest.raises(RlvrError, match=r"^--resume: no checkpoint in .*checkpoints$"):
+        check_output_dir(tmp_path, resume=True)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "recipe.yaml", "sampler-0.log", "train.log",
+                                                         "train.rank1.log"]
+
+
+def test_every_file_the_engine_names_is_a_run_output():
+    """The names rlvr.training.engine and the logs it uses write into a run folder are all listed
+    (a new file a run writes must be added to RUN_OUTPUTS, or to the logs this test knows of)."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "rlvr"
+    sources = "".join((root / p).read_text() for p in ("training/engine.py", "runs/tracking.py", "runs/plotting.py"))
+    written = set(re.findall(r'(?:output_dir|folder) / f?"([\w.{}]+)"', sources))
+    logs = {"train.log"}
+    patterns = [re.compile(p.replace(".", r"\.").replace("*", ".*")) for p in RUN_OUTPUTS]
+    for name in written - logs:
+        name = re.sub(r"\{[^}]*\}", "0", name)
+        assert any(p.fullmatch(name) for p in patterns), name
+    assert {"metrics.jsonl", "samples.jsonl", "eval.jsonl", "summary.json", "final", "tensorboard"} <= {
+        re.sub(r"\{[^}]*\}", "0", n) for n in written}
+
+
+@pytest.fixture
+def fake_model(tmp_path):
+    """A folder that passes the model-name check: `rlvr train` must refuse before loading it."""
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    return folder
+
+
+@pytest.mark.parametrize("resume", [False, True])
+def test_train_refuses_an_interrupted_runs_folder_in_one_line(tmp_path, fake_model, resume):
+    """Ctrl-C before the first checkpoint left metrics: the same command (with or without
+    --resume) is refused before any model loads, instead of logging steps 1, 2, 1, 2, 3."""
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(RECIPE.format(model=fake_model))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
+    (run / "train.log").write_text("log\n")
+    out = run_rlvr("train", recipe, "--output-dir", run, *(["--resume"] if resume else []),
+                   env={"RLVR_LOAD_PLUGINS": "tasks,math"}, timeout=300)
+    one_line_error(out, "no checkpoint to resume: the steps it logged were not saved")
+    assert (run / "metrics.jsonl").read_text() == '{"step": 1}\n{"step": 2}\n'
+    assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl", "train.log"]
+
+
+def test_modes_follow_the_umask_and_links_are_left_alone(tmp_path):
+    folder = tmp_path / "final"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"x")
+    (folder / "model.safetensors").chmod(0o600)
+    (folder / "config.json").write_text("{}")
+    (folder / "config.json").chmod(0o644)
+    outside = tmp_path / "secret"
+    outside.write_text("private\n")
+    outside.chmod(0o600)
+    (folder / "link").symlink_to(outside)
+    old = os.umask(0o027)
+    try:
+        modes_follow_umask(folder, "final model")
+    finally:
+        os.umask(old)
+    modes = {p.name: stat.S_IMODE(p.lstat().st_mode) for p in folder.iterdir() if not p.is_symlink()}
+    assert modes == {"model.safetensors": 0o640, "config.json": 0o640}
+    assert stat.S_IMODE(outside.stat().st_mode) == 0o600
+
+
+@pytest.mark.slow  # builds a small transformers model
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_the_final_model_has_the_runs_mode_and_the_dtype_asked(tmp_path, dtype):
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from tokenizers import Tokenizer, models
+
+    from rlvr.training.checkpoint import save_final
+
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
+    module = LlamaForCausalLM(cfg)  # float32, as the trainer's master weights are
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel({"a": 0, "<unk>": 1}, "<unk>")))
+    old = os.umask(0o022)
+    try:
+        save_final(SimpleNamespace(module=module), tokenizer, tmp_path / "final", rank=0, zero3=False, lora=False,
+                   dtype=dtype)
+    finally:
+        os.umask(old)
+    files = list((tmp_path / "final").iterdir())
+    assert {stat.S_IMODE(p.stat().st_mode) for p in files} == {0o644}, [(p.name, oct(p.stat().st_mode)) for p in files]
+    with safe_open(str(tmp_path / "final" / "model.safetensors"), "pt") as f:
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {getattr(torch, dtype)}
+        assert "lm_head.weight" not in f.keys()  # tied: one copy
+    assert json.loads((tmp_path / "final" / "config.json").read_text())["dtype"] == dtype
+    assert module.dtype == torch.float32  # the trainer's module is left as it was
+    loaded = LlamaForCausalLM.from_pretrained(tmp_path / "final", dtype="auto")
+    assert loaded.dtype == getattr(torch, dtype)
+    for name, value in module.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name], value.to(getattr(torch, dtype))), name
