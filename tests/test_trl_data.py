@@ -143,3 +143,41 @@ def test_a_tokenizer_without_a_chat_template_refuses_a_conversation(chat_tok):
     plain.chat_template = None
     with pytest.raises(RlvrError, match="the model's tokenizer has no chat template to render them"):
         render_all(plain, PromptConfig(), TRL_ROWS[:1])
+
+
+# -- TRL's rewards get the prompts as messages ------------------------------------------------------
+
+from rlvr.host.registry import make_reward_spec  # noqa: E402
+from rlvr.rewards.runner import BoundReward, score_batch  # noqa: E402
+
+
+def test_a_trl_reward_gets_prompts_as_messages_and_an_rlvr_reward_their_text(chat_tok):
+    seen = {}
+
+    def trl_style(prompts, completions, **kwargs):  # TRL's convention: keywords
+        seen["trl"] = prompts, completions
+        return [float(c[0]["content"] == s) for c, s in zip(completions, kwargs["solution"])]
+
+    def rlvr_style(prompts, completions, completion_ids, *, solution):  # rlvr's: positional
+        seen["rlvr"] = prompts
+        return [float(c == s) for c, s in zip(completions, solution)]
+
+    rows = TRL_ROWS[:2]
+    prompts = render_all(chat_tok, PromptConfig(), rows)
+    rewards = [BoundReward(make_reward_spec(name, fn, plugin="test", version="0"), 1.0, {}, {}, True)
+               for name, fn in (("trl", trl_style), ("rlvr", rlvr_style))]
+    assert [r.spec.convention for r in rewards] == ["trl", "rlvr"]
+    batch = score_batch(rewards, prompts, ["2", "0"], [[1], [2]], rows)
+    assert batch.values["trl"] == batch.values["rlvr"] == [1.0, 0.0]
+    assert seen["trl"] == ([r["prompt"] for r in rows], [[{"role": "assistant", "content": t}] for t in ("2", "0")])
+    assert seen["rlvr"] == [p.text for p in prompts] and all(isinstance(p, str) for p in seen["rlvr"])
+    seen["trl"][0][0].append({"role": "user", "content": "changed by the reward"})
+    assert len(prompts[0].messages) == 2  # a reward cannot change the prompt the next step shows
+
+
+def test_plain_prompts_reach_a_trl_reward_as_text():
+    seen = []
+    reward = BoundReward(make_reward_spec("t", lambda prompts, completions, **kw: seen.extend(prompts) or [1.0],
+                                          plugin="test", version="0"), 1.0, {}, {}, False)
+    assert score_batch([reward], ["What is 1 + 2?"], ["3"], [[1]], [{}]).values["t"] == [1.0]
+    assert seen == ["What is 1 + 2?"]

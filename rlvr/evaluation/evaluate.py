@@ -83,7 +83,7 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
                                  else ([], [], episode_sums([])))
     correctness = recipe.task_reward
     flat = [c for group in outs for c in group]
-    flat_prompts = [p.text for p in prompts for _ in range(n)]
+    flat_prompts = [p for p in prompts for _ in range(n)]  # TRL's rewards get their messages
     scored = score_batch(rewards, flat_prompts, [c.text for c in flat], [c.token_ids for c in flat], flat_rows) if flat else None
     if scored is not None and episodes is not None:
         unscore_failed(scored, flat_rows, [correctness])

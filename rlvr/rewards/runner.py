@@ -218,7 +218,8 @@ def _call(reward: BoundReward, prompts, completions, completion_ids, kwargs: dic
     if reward.spec.convention == "trl":
         out = reward.spec.fn(**trl_arguments(reward, prompts, completions, completion_ids), **kwargs, **reward.options)
     else:
-        out = reward.spec.fn(list(prompts), list(completions), list(completion_ids), **{**kwargs, **reward.options})
+        out = reward.spec.fn([prompt_text(p) for p in prompts], list(completions), list(completion_ids),
+                             **{**kwargs, **reward.options})
     if inspect.isawaitable(out):
         out = asyncio.run(_await(out))
     out = list(out)
@@ -227,12 +228,22 @@ def _call(reward: BoundReward, prompts, completions, completion_ids, kwargs: dic
     return out
 
 
+def prompt_text(prompt) -> str:
+    """A prompt as rlvr's convention gives it: its text. A prompt is a string or has ``text`` and
+    ``messages`` (``rlvr.sampling.prompts.Prompt``: what the model was shown, and the conversation
+    rendered through the chat template, None for plain text)."""
+    return prompt if isinstance(prompt, str) else prompt.text
+
+
 def trl_arguments(reward: BoundReward, prompts, completions, completion_ids) -> dict[str, list]:
     """What TRL passes a reward besides the columns, for the ones this reward takes (all with
-    ``**kwargs``): ``prompts``, ``completions`` (conversational when ``reward.conversational``) and
+    ``**kwargs``): ``prompts`` (a prompt's messages when it has them, as TRL gives a conversational
+    dataset's, else its text), ``completions`` (conversational when ``reward.conversational``) and
     ``completion_ids``."""
     if reward.conversational:
         completions = [[{"role": "assistant", "content": text}] for text in completions]
+    prompts = [prompt_text(p) if isinstance(p, str) or p.messages is None else [dict(m) for m in p.messages]
+               for p in prompts]
     given = {"prompts": list(prompts), "completions": list(completions), "completion_ids": list(completion_ids)}
     params = inspect.signature(reward.spec.fn).parameters
     return {k: v for k, v in given.items() if reward.spec.accepts_any or k in params}
@@ -304,7 +315,8 @@ def score_batch(
     """All rewards on one batch, concurrently, and each record's weighted total (None: unscorable,
     as each reward's ``when_unscored`` decides). ``first_record``: the number of ``rows[0]`` in the
     whole input, for messages about records. ``errors`` counts, per reward, the records it failed
-    on; each batch's failures are logged at debug level (callers report them once: ``unscored``)."""
+    on; each batch's failures are logged at debug level (callers report them once: ``unscored``).
+    ``prompts``: strings, or ``Prompt``s whose messages TRL-convention rewards get (``prompt_text``)."""
     for reward in rewards:  # surface missing columns before any work starts
         reward.column_kwargs(rows, first_record)
     with ThreadPoolExecutor(max_workers=max(1, len(rewards)), thread_name_prefix="rlvr-reward") as ex:

@@ -137,7 +137,7 @@ class RolloutProducer:
             t1 = time.perf_counter()
             flat = [c for group in outs for c in group]
             scored = score_batch(
-                self.rewards, [self.prompts.prompts[i].text for i in wanted for _ in range(k)],
+                self.rewards, [self.prompts.prompts[i] for i in wanted for _ in range(k)],
                 [c.text for c in flat], [c.token_ids for c in flat], rows)
             t_gen, t_score = t_gen + t1 - t0, t_score + time.perf_counter() - t1
             errors += sum(scored.errors.values())
