@@ -210,10 +210,11 @@ PAIRS = [
     (r"3:4", "6:8", True),
     (r"3:4", r"\frac34", True),
     ("3:4", "4:3", False),
-    # a decimal equals an irrational value it correctly rounds (4+ digits, 1e-4 relative; section 8)
-    (r"\pi", "3.14159", True),
-    (r"\sqrt{2}", "1.41421", True),
-    (r"-\pi", "-3.141593", True),  # math-verify accepts it too (its 6-place rounding)
+    # an irrational gold wants its exact form (section 11; approximate_irrational takes roundings);
+    # a full-precision float (a program's print) is the value itself
+    (r"\pi", "3.14159", False),
+    (r"\sqrt{2}", "1.41421", False),
+    (r"-\pi", "-3.141593", False),
     (r"\sqrt{17}", "4.123105625617661", True),
     # a worked computation stands for its result; an equation does not
     ("x=11", "x = 5+5+1 = 11", True),
@@ -323,21 +324,14 @@ PAIRS = [
     (r"\frac{8}{3}", "2.6667", True),  # math-verify test_complex_math_expressions, an interval
     (r"(\frac{3}{5},\frac{8}{3}]", "(0.6,2.6667]", True),  # ... that case itself
     (r"\begin{pmatrix}\frac{1}{3}\\ \frac{1}{5}\end{pmatrix}", r"\begin{pmatrix}0.3333\\0.2\end{pmatrix}", True),
-    (r"(1, \sqrt{2})", "(1, 1.4142)", True),
     (r"\frac{1}{3}", "0.33333", True),
     (r"\frac{1}{9}", "0.1111", True),  # exactly 1e-4 relative: the bound is inclusive
     (r"-\frac{1}{3}", "-0.3333", True),
-    (r"\pi", "3.1416", True),
-    (r"\sqrt{2}", "1.4142", True),
-    (r"\mathrm{e}", "2.7183", True),
-    (r"\frac{\pi}{4}", "0.7854", True),
-    (r"\ln 2", "0.6931", True),
-    (r"e^{10}", "22026.47", True),  # large: 7 significant digits
     (r"\frac{1000000}{3}", "333333.3", True),
     (r"\frac{24689}{20}", "1234.5", True),  # 1234.45: a tie rounds either way (half up ...
     (r"\frac{24689}{20}", "1234.4", True),  # ... or half even)
     ("0.3333", r"\frac{1}{3}", True),  # either side may be the rounded one (Qwen's isclose and
-    ("3.1416", r"\pi", True),  # math-verify's comparison are symmetric)
+    ("3.1416", r"\pi", True),  # math-verify's comparison are symmetric; an exact answer to a rounded gold)
     ("2.6667", "2.66667", True),  # two decimals: the coarser rounds the finer
     (r"\frac{1}{3}", "0.3334", False),  # a wrong last digit
     (r"\frac{8}{3}", "2.6668", False),  # within 1e-4 relative, but a wrong last digit
@@ -388,6 +382,33 @@ PAIRS = [
     ("3, 5", r"3\text{ m}, 6\text{ m}", False),
     ("3", r"3\text{ m}, 5\text{ m}", False),
     ("3", r"3\text{ e}", False),  # e and i are never units
+    # 11. an irrational gold wants its exact form (math-verify, MATH's graders): a rounded
+    #     decimal approximated it (IRRATIONAL_ROUNDINGS, with approximate_irrational, equal)
+    *((gold, pred, False) for gold, pred in [
+        (r"\pi", "3.1416"), (r"\sqrt{2}", "1.4142"), (r"\mathrm{e}", "2.7183"), (r"\frac{\pi}{4}", "0.7854"),
+        (r"\ln 2", "0.6931"), (r"e^{10}", "22026.47"), (r"2\pi", "6.2832"), (r"(1, \sqrt{2})", "(1, 1.4142)")]),
+    (r"\pi", r"\pi", True),
+    (r"2\pi", r"\pi \cdot 2", True),
+    (r"\sqrt{2}", r"\frac{2}{\sqrt{2}}", True),
+    (r"\mathrm{e}", r"e", True),
+    (r"\ln 2", r"\ln(2)", True),
+]
+
+# (irrational gold, a decimal that correctly rounds it, equal with approximate_irrational?):
+# the Qwen2.5-Math grader's tolerance, 4+ significant digits within 1e-4 relative (section 8's rule)
+IRRATIONAL_ROUNDINGS = [
+    (r"\pi", "3.1416", True),
+    (r"\pi", "3.14159", True),
+    (r"-\pi", "-3.141593", True),
+    (r"\sqrt{2}", "1.4142", True),
+    (r"\mathrm{e}", "2.7183", True),
+    (r"\frac{\pi}{4}", "0.7854", True),
+    (r"\ln 2", "0.6931", True),
+    (r"e^{10}", "22026.47", True),  # large: 7 significant digits
+    (r"(1, \sqrt{2})", "(1, 1.4142)", True),
+    (r"\pi", "3.14", False),  # too coarse, even so
+    (r"\pi", "3.142", False),  # 1.3e-4 relative
+    (r"(1, \sqrt{2})", "(1, 1.4143)", False),
 ]
 
 
@@ -414,6 +435,18 @@ def test_pair(table_scores, index):
     s = table_scores[index]
     assert isinstance(s, Score)
     assert s.value == (1.0 if equal else 0.0), (gold, pred, s.info)
+
+
+def test_irrational_gold_takes_a_rounding_only_with_approximate_irrational():
+    golds = [g for g, _, _ in IRRATIONAL_ROUNDINGS]
+    completions = [completion_for(p) for _, p, _ in IRRATIONAL_ROUNDINGS]
+    allowed = mr.math_reward(None, completions, None, answer=golds, timeout=20.0, approximate_irrational=True)
+    assert [s.value for s in allowed] == [float(e) for _, _, e in IRRATIONAL_ROUNDINGS], [s.info for s in allowed]
+    default = mr.math_reward(None, completions, None, answer=golds, timeout=20.0)
+    assert [s.value for s in default] == [0.0] * len(golds), [s.info for s in default]
+    verdict, info = mr.check_answer(r"\pi", "3.1416")
+    assert verdict is False and info["why"] == "not equal (exact check)"
+    assert mr.check_answer(r"\pi", "3.1416", approximate_irrational=True)[0] is True
 
 
 def test_info_is_json(table_scores):
@@ -589,8 +622,11 @@ def test_literal_decimals_in_sympy_expressions():
     value, decimal = compare._as_plain(sp.pi, sp.pi)
     assert decimal is None and abs(value - F("3.14159265358979323846264338327950288")) < F(1, 10**35)
     assert compare._as_plain(sp.I, sp.I) is None  # not real
-    assert compare._numbers_equal(sp.pi, sp.Float("3.1416")) is True
-    assert compare._numbers_equal(sp.pi, sp.Float("3.1415")) is False
+    assert compare._numbers_equal(sp.pi, sp.Float("3.1416")) is False  # approximate_irrational off
+    with compare.irrational_approximations(True):
+        assert compare._numbers_equal(sp.pi, sp.Float("3.1416")) is True
+        assert compare._numbers_equal(sp.pi, sp.Float("3.1415")) is False
+    assert compare._numbers_equal(sp.Float("3.1416"), sp.pi) is True  # a rounded gold: the rule applies
 
 
 def test_letter_units():

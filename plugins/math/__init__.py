@@ -40,9 +40,12 @@ at 85% of it usually stops the work first and keeps the worker: ``rlvr.kit.deadl
    the order of terms and factors (before any evaluation: a reordered symbolic sum
    would take seconds at random points), symbolic expressions at random rational
    points with adaptive-precision evaluation; a decimal as written (``2.6667``, alone or in
-   a tuple, interval or matrix) equals an exact value, rational or irrational, that it
-   correctly rounds with 4+ significant digits and within 1e-4 relative (``3.1416`` is
-   ``\\pi``, ``3.14`` is not), see ``rounding._decimal_rounds``; arithmetic on decimals of fewer
+   a tuple, interval or matrix) equals an exact rational value that it correctly rounds with
+   4+ significant digits and within 1e-4 relative (``0.3333`` is ``\\frac{1}{3}``, ``0.333``
+   is not), see ``rounding._decimal_rounds``; an irrational gold (``\\pi``, ``\\sqrt{2}``) wants
+   its exact form, as in math-verify and MATH's graders (a full-precision float, 15+ digits,
+   aside), unless ``approximate_irrational`` lets the same rule take ``3.1416`` for ``\\pi``
+   (``3.14`` never), as Qwen2.5-Math's grader does; arithmetic on decimals of fewer
    than 10 significant digits never equals an irrational value;
 6. ``math_verify.verify`` for everything else (text answers, sets vs relations, ...);
    Named values against an unnamed list (``x=2 and y=3`` vs ``(2, 3)``) are compared in order
@@ -112,6 +115,7 @@ def math_reward(
     timeout: Annotated[float, Gt(0)] = 5.0,
     max_answer_chars: Annotated[int, Gt(0)] = 1000,
     workers: Annotated[int, Ge(0)] = 0,
+    approximate_irrational: bool = False,
 ) -> list[Score]:
     """1.0 if the completion's final answer equals the gold ``answer``, else 0.0.
 
@@ -123,7 +127,10 @@ def math_reward(
     (``####``, else ``\\boxed{}``, else "The final answer is", else the whole string),
     "hash", "boxed" or "raw"; ``timeout`` = hard limit in seconds per sample;
     ``max_answer_chars`` = longer extracted answers score 0; ``workers`` = checker
-    processes (0: automatic, see :func:`_pool`).
+    processes (0: automatic, see :func:`_pool`); ``approximate_irrational`` = a decimal that
+    correctly rounds an irrational gold (4+ significant digits, within 1e-4 relative: 3.1416
+    for \\pi) scores 1, as in Qwen2.5-Math's grader; off, the gold's exact form is wanted
+    (math-verify, MATH), so a policy is not rewarded for approximating instead of solving.
     """
     if extract not in EXTRACT_MODES:
         raise RlvrError(f"math reward: extract must be one of {', '.join(EXTRACT_MODES)}, got {extract!r}")
@@ -139,7 +146,8 @@ def math_reward(
     items = []
     for completion, gold_value in zip(completions, answer):
         gold_text = "" if gold_value is None else str(gold_value)
-        items.append((completion_text(completion), gold_text, extract, gold, int(max_answer_chars), soft))
+        items.append((completion_text(completion), gold_text, extract, gold, int(max_answer_chars), soft,
+                      bool(approximate_irrational)))
     results = map_with_deadline(_pool(int(workers)), _score_item, items, timeout=float(timeout), reward="math")
     scores = []
     for result in results:

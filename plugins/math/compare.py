@@ -2,7 +2,8 @@
 
 Our checks decide where they apply (``_strict_check``): exact comparison of numbers (math-verify
 chops differences below 1e-15: ``1/2004!`` equalled ``1/2006!``), a relative tolerance of 2e-6
-once a decimal appears, a decimal as written against what it rounds (``rounding``), equations
+once a decimal appears, a decimal as written against what it rounds (``rounding``; against an
+irrational gold only with ``approximate_irrational``, see ``_approximates_irrational``), equations
 vs values (only ``x = 5`` may stand for ``5``, never ``x^2+1=0`` for ``0``), equations vs
 equations (equal up to a nonzero factor), inequalities, tuples, sets, intervals and matrices
 element-wise, expression trees equal up to the order of terms and factors, symbolic
@@ -13,13 +14,29 @@ evaluate and unevaluated arithmetic against a number score 0 (``_compare``). Run
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
+from contextvars import ContextVar
 from fractions import Fraction
 
 from rlvr.kit.deadline import SoftTimeout
 
 from .normalise import _EQ_SEP_RE
 from .parse import _MV, _Parsed
-from .rounding import _REL_TOL_FLOAT, _numbers_close
+from .rounding import _MACHINE_FLOAT_DIGITS, _REL_TOL_FLOAT, _numbers_close
+
+# The math reward's ``approximate_irrational`` option, for the sample being checked: may a
+# rounded decimal stand for an irrational gold value (3.1416 for \pi)? Off by default.
+_APPROXIMATE_IRRATIONAL: ContextVar[bool] = ContextVar("approximate_irrational", default=False)
+
+
+@contextmanager
+def irrational_approximations(allowed: bool):
+    """Within: a rounded decimal stands for an irrational gold value it rounds iff ``allowed``."""
+    token = _APPROXIMATE_IRRATIONAL.set(bool(allowed))
+    try:
+        yield
+    finally:
+        _APPROXIMATE_IRRATIONAL.reset(token)
 
 
 _ZERO_PREC_BITS = 10  # evalf returns "0.e-160" (precision ~1 bit) for a zero it cannot prove
@@ -78,6 +95,8 @@ def _numbers_equal(g, p) -> bool | None:
             return bool(gv == pv)
         plain = [_as_plain(w, e) for w, e in zip(written, (g, p))]
         if None not in plain and (plain[0][1] or plain[1][1]):  # a decimal as written: what it rounds
+            if _approximates_irrational(g, plain[0], plain[1]):
+                return False
             return _numbers_close(*plain)
         if _rounded_irrational(g, p) or _rounded_irrational(p, g):
             return False
@@ -110,6 +129,19 @@ def _literal_decimal(e) -> tuple | None:
         return None
     _, digits, exponent = written.as_tuple()
     return sign * Fraction(written), (max(-exponent, 0), len("".join(map(str, digits)).lstrip("0")))
+
+
+def _approximates_irrational(gold, gold_plain: tuple, pred_plain: tuple) -> bool:
+    """Is the prediction a rounded decimal (fewer than 15 significant digits) and the gold an exact
+    value that is not rational (``\\pi``, ``\\sqrt{2}``, ``e``, ``\\ln 2``, ``2\\pi``), while
+    ``approximate_irrational`` is off? Then they differ, as in math-verify and MATH's graders: a
+    model that writes 3.1416 for \\pi has approximated, not solved (Qwen2.5-Math's grader accepts
+    it: the option). A full-precision float (a program's ``print(math.pi)``) is the value itself,
+    as math-verify reads it; a decimal gold against an exact prediction keeps the rounding rule."""
+    sp = _MV["sympy"]
+    if _APPROXIMATE_IRRATIONAL.get() or gold_plain[1] is not None or pred_plain[1] is None:
+        return False
+    return not isinstance(gold, sp.Rational) and pred_plain[1][1] < _MACHINE_FLOAT_DIGITS
 
 
 _EXACT_DIGITS = 40  # an exact irrational value is compared through this many digits

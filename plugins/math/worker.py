@@ -15,6 +15,7 @@ from rlvr.kit.deadline import SoftTimeout, soft_limit
 
 from .extract import extract_answer, extract_gold
 from .normalise import normalize_answer
+from .compare import irrational_approximations
 from .parse import _MV, _init_worker, _Parsed, _show
 from .verdict import _verdict
 
@@ -36,23 +37,25 @@ def _gold_parsed(gold_text: str, mode: str) -> tuple[str | None, _Parsed | None]
     return hit
 
 
-def check_answer(gold: str, pred: str) -> tuple[bool | None, dict[str, Any]]:
+def check_answer(gold: str, pred: str, approximate_irrational: bool = False) -> tuple[bool | None, dict[str, Any]]:
     """Compare a gold final answer with a predicted one (both LaTeX/plain strings).
 
     Returns (verdict, info); verdict None when the gold cannot be parsed. Runs in the
     calling process without a time limit: for scripts and debugging. The reward runs it
-    in worker processes.
+    in worker processes. ``approximate_irrational``: the reward's option of that name.
     """
     if not _MV:
         _init_worker()
     _, g = _gold_parsed(gold, "raw")
     p = _Parsed(normalize_answer(pred))
-    return _verdict(g, p)
+    with irrational_approximations(approximate_irrational):
+        return _verdict(g, p)
 
 
 def _score_item(item: tuple) -> dict[str, Any]:
-    """Worker entry point: (completion, gold, extract, gold_mode, max_chars, soft_seconds) -> dict."""
-    completion, gold_text, extract, gold_mode, max_chars, soft_seconds = item
+    """Worker entry point: (completion, gold, extract, gold_mode, max_chars, soft_seconds,
+    approximate_irrational) -> dict."""
+    completion, gold_text, extract, gold_mode, max_chars, soft_seconds, approximate = item
     if not _MV:
         _init_worker()
     info: dict[str, Any] = {}
@@ -69,7 +72,8 @@ def _score_item(item: tuple) -> dict[str, Any]:
             if len(pred) > max_chars:
                 return {"value": 0.0, "info": {**info, "why": f"answer longer than {max_chars} characters"}}
             p = _Parsed(normalize_answer(pred))
-            verdict, more = _verdict(g, p)
+            with irrational_approximations(approximate):
+                verdict, more = _verdict(g, p)
             return {"value": None if verdict is None else float(verdict), "info": {**info, **more}}
     except SoftTimeout:
         return {"value": 0.0, "info": {**info, "why": f"checking took longer than {soft_seconds:.2f} s"}}
