@@ -14,14 +14,14 @@ from rlvr.kit.files import modes_follow_umask
 from rlvr.runs.outputs import RUN_OUTPUTS, run_outputs_in
 from rlvr.training.checkpoint import check_output_dir
 
-RECIPE = """
-name: folders
-task: {{name: arithmetic, options: {{size: 8}}}}
+TINY = """
+name: stops
+task: {{name: arithmetic, options: {{size: 64}}}}
 prompt: {{template: "{{{{question}}}}"}}
-rewards: {{math: 1.0}}
+rewards: {{format: 1.0}}
 model: {{name: {model}}}
-sampling: {{backend: hf, num_generations: 2, max_tokens: 4}}
-trainer: {{steps: 1, rollout_batch_size: 4, micro_batch_size: 4}}
+sampling: {{backend: hf, num_generations: 4, max_tokens: 8, dtype: float32}}
+trainer: {{steps: 4, rollout_batch_size: 8, micro_batch_size: 4, lr: 1.0e-3, save_every: 8, keep_last: 1}}
 """
 
 
@@ -98,13 +98,13 @@ def test_train_refuses_an_interrupted_runs_folder_in_one_line(tmp_path, fake_mod
     """Ctrl-C before the first checkpoint left metrics: the same command (with or without
     --resume) is refused before any model loads, instead of logging steps 1, 2, 1, 2, 3."""
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(RECIPE.format(model=fake_model))
+    recipe.write_text(TINY.format(model=fake_model))
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
     (run / "train.log").write_text("log\n")
     out = run_rlvr("train", recipe, "--output-dir", run, *(["--resume"] if resume else []),
-                   env={"RLVR_LOAD_PLUGINS": "tasks,math"}, timeout=300)
+                   env={"RLVR_LOAD_PLUGINS": "tasks,format"}, timeout=300)
     one_line_error(out, "no checkpoint to resume: the steps it logged were not saved")
     assert (run / "metrics.jsonl").read_text() == '{"step": 1}\n{"step": 2}\n'
     assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl", "train.log"]
@@ -162,3 +162,128 @@ def test_the_final_model_has_the_runs_mode_and_the_dtype_asked(tmp_path, dtype):
     assert loaded.dtype == getattr(torch, dtype)
     for name, value in module.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], value.to(getattr(torch, dtype))), name
+
+
+def test_a_first_signal_asks_to_stop_and_a_second_stops_at_once(tmp_path):
+    """What Ctrl-C does during training, without training: the handlers are the previous ones
+    again afterwards (a notebook's KeyboardInterrupt still works), whatever happened inside."""
+    import signal
+
+    from rlvr.training.checkpoint import RunStopped, stop_requests
+
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    with stop_requests(tmp_path / "checkpoints") as stop:
+        assert not stop.agreed()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.signum == signal.SIGTERM and stop.agreed()
+        with pytest.raises(RunStopped, match="stopped at once .*no checkpoint yet") as err:
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(100):  # the handler runs between bytecodes of this thread
+                pass
+        assert err.value.signum == signal.SIGINT
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+    with_checkpoint(tmp_path)
+    with stop_requests(tmp_path / "checkpoints") as stop:
+        os.kill(os.getpid(), signal.SIGINT)
+        stopped = stop.stopped(8, 24)
+    assert isinstance(stopped, KeyboardInterrupt) and stopped.signum == signal.SIGINT
+    assert str(stopped) == (f"stopped after step 8 of 24 (SIGINT): the same command with --resume continues from "
+                            f"{tmp_path / 'checkpoints' / 'step8'}")
+    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
+
+
+def test_an_ignored_signal_stays_ignored_and_other_threads_change_nothing(tmp_path):
+    import signal
+    import threading
+
+    from rlvr.training.checkpoint import stop_requests
+
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        with stop_requests(tmp_path) as stop:
+            assert signal.getsignal(signal.SIGTERM) is signal.SIG_IGN
+            assert signal.getsignal(signal.SIGINT) == stop._handle
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    seen = []
+
+    def in_thread():
+        with stop_requests(tmp_path):
+            seen.append(signal.getsignal(signal.SIGINT))
+
+    thread = threading.Thread(target=in_thread)
+    thread.start()
+    thread.join()
+    assert seen == [signal.getsignal(signal.SIGINT)]
+
+
+def start_training(tmp_path, tiny_model, *args):
+    """`rlvr train` in the background with SIGINT as a terminal gives it (a suite started in the
+    background runs with SIGINT ignored, which children inherit)."""
+    import signal
+    import subprocess
+
+    from conftest import RLVR
+
+    recipe = tmp_path / "stops.yaml"
+    recipe.write_text(TINY.format(model=tiny_model))
+    env = {**os.environ, "RLVR_LOAD_PLUGINS": "tasks,format"}
+    return subprocess.Popen([RLVR, "train", recipe, "--output-dir", tmp_path / "run", *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def steps_logged(run):
+    path = run / "metrics.jsonl"
+    return [json.loads(line)["step"] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+@pytest.mark.slow  # trains a tiny model three times
+def test_ctrl_c_saves_a_checkpoint_that_resume_continues_from(tmp_path, tiny_model):
+    """Ctrl-C after the first step (the recipe saves every 8 of 4 steps: no checkpoint of its
+    own) stops after the step in progress with a checkpoint and says so; --resume then logs
+    steps 1..4 exactly once. A second Ctrl-C stops at once and says what --resume has."""
+    import signal
+
+    from conftest import wait_until
+
+    run = tmp_path / "run"
+    proc = start_training(tmp_path, tiny_model)
+    assert wait_until(lambda: steps_logged(run) or proc.poll() is not None, timeout_s=600)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 130, stderr[-3000:]
+    done = steps_logged(run)
+    assert done in ([1], [1, 2]), done
+    tag = f"step{done[-1]}"
+    assert (run / "checkpoints" / "latest").read_text() == tag
+    assert "SIGINT: stopping after this step, then saving a checkpoint; Ctrl-C again to stop now" in stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last == (f"rlvr: interrupted: stopped after step {done[-1]} of 4 (SIGINT): the same command with "
+                    f"--resume continues from {run / 'checkpoints' / tag}"), stderr[-3000:]
+    assert "Traceback" not in stderr
+    assert not (run / "final").exists()
+
+    proc = start_training(tmp_path, tiny_model, "--resume")
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-3000:]
+    assert steps_logged(run) == [1, 2, 3, 4]
+
+    import shutil
+
+    shutil.rmtree(run)
+    proc = start_training(tmp_path, tiny_model)
+    assert wait_until(lambda: steps_logged(run) or proc.poll() is not None, timeout_s=600)
+    proc.send_signal(signal.SIGINT)
+    assert wait_until(lambda: proc.poll() is not None or "stopping after this step" in
+                      (run / "train.log").read_text(), timeout_s=120)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 130, stderr[-3000:]
+    last = stderr.strip().splitlines()[-1]
+    if (run / "checkpoints" / "latest").exists():  # the step ended before the second Ctrl-C came
+        tag = (run / "checkpoints" / "latest").read_text()
+        assert last.endswith(f"--resume continues from {run / 'checkpoints' / tag}"), last
+    else:
+        assert last == ("rlvr: interrupted: stopped at once (SIGINT): there is no checkpoint yet, so --resume "
+                        "cannot continue this run (the steps logged were not saved)"), stderr[-3000:]

@@ -51,9 +51,10 @@ class _Group(click.Group):
         except RlvrError as exc:
             click.echo(f"rlvr: error: {' '.join(str(exc).split())}", err=True)
             sys.exit(2)
-        except KeyboardInterrupt:
-            click.echo("rlvr: interrupted", err=True)
-            sys.exit(130)
+        except KeyboardInterrupt as exc:  # a training run stopped on a signal says what --resume will use
+            message = " ".join(str(exc).split())
+            click.echo(f"rlvr: interrupted: {message}" if message else "rlvr: interrupted", err=True)
+            sys.exit(128 + getattr(exc, "signum", 2))  # 130 for SIGINT, 143 for SIGTERM
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})

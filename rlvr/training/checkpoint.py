@@ -51,6 +51,92 @@ def check_output_dir(output_dir: Path, resume: bool) -> None:
         raise RlvrError(f"--resume: no checkpoint in {output_dir / 'checkpoints'}")
 
 
+class RunStopped(KeyboardInterrupt):
+    """Training stopped on SIGINT or SIGTERM; the message says what ``--resume`` will continue
+    from. A KeyboardInterrupt, so that a notebook shows the cell interrupted as it would be."""
+
+    def __init__(self, message: str, signum: int):
+        super().__init__(message)
+        self.signum = signum  # the CLI exits with 128 + signum
+
+
+def resume_note(ckpt_dir: Path) -> str:
+    """Which checkpoint ``--resume`` would continue from, in words."""
+    try:
+        tag = latest_tag(ckpt_dir)
+    except (OSError, RlvrError):
+        return "there is no checkpoint yet, so --resume cannot continue this run (the steps logged were not saved)"
+    return f"the same command with --resume continues from {ckpt_dir / tag}"
+
+
+class StopRequest:
+    """SIGINT and SIGTERM while inside :func:`stop_requests`: the first asks training to stop after
+    the step in progress, saving a checkpoint; a second stops at once (:class:`RunStopped`)."""
+
+    def __init__(self, ckpt_dir: Path):
+        self.ckpt_dir, self.signum = ckpt_dir, None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame) -> None:
+        import logging
+        import signal
+
+        name = signal.Signals(signum).name
+        if self.signum is not None:
+            self.release()
+            raise RunStopped(f"stopped at once ({name}): {resume_note(self.ckpt_dir)}", signum)
+        self.signum = signum
+        again = "Ctrl-C" if signum == signal.SIGINT else f"a second {name}"
+        logging.getLogger("rlvr.training").warning(f"{name}: stopping after this step, then saving a checkpoint; "
+                                                   f"{again} again to stop now")
+
+    def install(self) -> None:
+        """Outside the main thread (signals reach only it), or where a signal is ignored (a
+        background job), nothing changes."""
+        import signal
+        import threading
+
+        if threading.current_thread() is not threading.main_thread():
+            return
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            previous = signal.getsignal(sig)
+            if previous is not signal.SIG_IGN and previous is not None:
+                self._previous[sig] = signal.signal(sig, self._handle)
+
+    def release(self) -> None:
+        """The handlers there were before: a signal from now on acts as it did."""
+        import signal
+
+        while self._previous:
+            sig, handler = self._previous.popitem()
+            signal.signal(sig, handler)
+
+    def agreed(self) -> bool:
+        """Does any rank stop here? Every rank calls it at the same step and gets the same answer."""
+        from rlvr.runs.metrics import reduce_sums
+
+        return reduce_sums({"stop_requested": float(self.signum is not None)})["stop_requested"] > 0
+
+    def stopped(self, step: int, total: int) -> RunStopped:
+        """What a run that stopped after ``step`` (its checkpoint saved) raises."""
+        import signal
+
+        signum = self.signum or signal.SIGINT  # another rank's signal
+        return RunStopped(f"stopped after step {step} of {total} ({signal.Signals(signum).name}): "
+                          f"{resume_note(self.ckpt_dir)}", signum)
+
+
+@contextmanager
+def stop_requests(ckpt_dir: Path):
+    """A :class:`StopRequest` installed while inside; the previous handlers come back on the way out."""
+    request = StopRequest(ckpt_dir)
+    request.install()
+    try:
+        yield request
+    finally:
+        request.release()
+
+
 RANK_STATE_FORMAT = 2  # 1: pickled ``rng_rank{r}.pt`` files, which --resume no longer reads
 
 

@@ -54,7 +54,7 @@ from rlvr.sampling.prompts import PromptSet, load_prompt_set
 from rlvr.sampling.samplers import context_length, make_sampler, model_max_len, require_vllm, sampler_dtype
 from rlvr.sampling.server import connect_samplers, run_evaluates, run_lengths
 from rlvr.training.checkpoint import (TrainState, check_output_dir, load_checkpoint, save_checkpoint, save_final,
-                                     write_json_atomic)
+                                     stop_requests, write_json_atomic)
 from rlvr.training.learner import Learner, is_correction_mode
 from rlvr.training.policy import bf16_hardware, build_policy, cpu_autocast, lr_multiplier, sync_weights, trainer_dtype
 from rlvr.training.pool import prompt_source
@@ -253,6 +253,7 @@ def _train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool, v
         if t.eval_at_start and state.step == 0:
             summary["eval_before"] = evaluate("before", 0)
 
+        stop = closing.enter_context(stop_requests(ckpt_dir))  # Ctrl-C, SIGTERM: after a step, with a checkpoint
         out.start_bar(state.step)
         while state.step < t.steps:
             step, step_start = state.step, time.perf_counter()
@@ -268,11 +269,15 @@ def _train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool, v
                      **pipeline.times, "step": time.perf_counter() - step_start}
             report(step, rollout, update, times, lr=backend.lr,  # the rate the optimizer really used
                    advantages=learner.last_advantages)
-            if state.step % t.save_every == 0 or state.step == t.steps:
+            stopping = stop.agreed()  # by every rank, at the same step
+            if state.step % t.save_every == 0 or state.step == t.steps or stopping:
                 save_checkpoint(backend.engine, ckpt_dir, state, rank=rank, data_position=rollout.stream_position,
                                 keep_last=t.keep_last, pool=rollout.pool_state)
+            if stopping:
+                raise stop.stopped(state.step, t.steps)
             if t.eval_every and state.step % t.eval_every == 0 and state.step < t.steps:
                 evaluate(f"step{state.step}", state.step)
+        stop.release()  # from here on a signal stops at once: the last step's checkpoint is saved
         out.stop_bar()
         pipeline.close()
 
