@@ -3,7 +3,8 @@
 ``spec`` is the schema (pydantic, strict: unknown keys and non-finite numbers refused), ``load``
 reads YAML with profiles and ``--set`` overrides into a ``Recipe``, ``resolve`` checks a recipe
 against the plugin host (names, columns, options, template fields) and reads a task's rows;
-``template`` renders ``{{column}}`` prompts. Nothing here imports torch, vLLM or DeepSpeed: ``rlvr
+``template`` renders ``{{column}}`` prompts (and checks chat-message columns); ``foreign`` holds
+TRL's and verl's names for rlvr's settings, for the hint an unknown key gets. Nothing here imports torch, vLLM or DeepSpeed: ``rlvr
 validate`` runs before any model loads.
 
 Design notes: docs/host.md.

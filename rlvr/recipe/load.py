@@ -1,6 +1,7 @@
 """Loading a recipe: YAML (duplicate keys refused, ``1e-6`` read as a number), a profile merged
 in section by section, ``--set key=value`` overrides, then the schema (``rlvr.recipe.spec``);
-every problem is one ``RlvrError`` line naming the file and the setting (with did-you-mean).
+every problem is one ``RlvrError`` line naming the file and the setting (with did-you-mean, in
+TRL's and verl's words too: ``rlvr.recipe.foreign``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from rlvr import RlvrError
 from rlvr.host.registry import did_you_mean
+from rlvr.recipe.foreign import foreign_hint
 from rlvr.recipe.spec import Recipe
 
 
@@ -159,7 +161,8 @@ def _format_validation_error(source: str, exc: ValidationError) -> str:
             parent = _model_of(field.annotation) if field else None
             if parent is None:
                 break
-        hint = did_you_mean(str(err["loc"][-1]), parent.model_fields) if parent else ""
+        foreign = foreign_hint(err["loc"], err.get("input"))  # TRL's learning_rate is trainer.lr
+        hint = f"; {foreign}" if foreign else did_you_mean(str(err["loc"][-1]), parent.model_fields) if parent else ""
         msg = f"unknown setting{hint}"
     extra = f" (and {len(exc.errors()) - 1} more)" if len(exc.errors()) > 1 else ""
     return f"{source}: {loc}: {msg}{extra}"
