@@ -70,9 +70,11 @@ def test_unscored_adds_batches_up_and_keeps_the_first_reason():
     assert total.records == 6 and total.unscorable == 6 and total.counts == {"long": 6, "some": 3}
     line = total.line()
     assert line.startswith("reward 'long' could not score 6 of 6 samples (ValueError: xxx")
-    assert "...); reward 'some' could not score 3 of 6 samples (it returned None)" in line
+    assert "...); reward 'some' could not score 3 of 6 samples (returned None)" in line
     assert len(line) < 300
-    assert total.line(["some"]) == "reward 'some' could not score 3 of 6 samples (it returned None)"
+    assert total.line(["some"]) == "reward 'some' could not score 3 of 6 samples (returned None)"
+    why = run(bound(lambda p, c, i: [Score(None, {"why": "no gold answer"}), 1.0], "why")).unscored()
+    assert why.line() == "reward 'why' could not score 1 of 2 samples (returned None: no gold answer)"
 
 
 @pytest.mark.parametrize("mode, expected", [

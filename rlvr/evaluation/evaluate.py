@@ -88,8 +88,6 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
     if scored is not None and episodes is not None:
         unscore_failed(scored, flat_rows, [correctness])
     unscored = scored.unscored() if scored is not None else None
-    if unscored is not None and unscored.counts:
-        log.warning(f"evaluation: {unscored.line()}")
     per_prompt = []
     for j, i in enumerate(mine):
         values = scored.values[correctness][j * n : (j + 1) * n]
@@ -120,6 +118,8 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
         why = unscored.line([correctness]) if unscored is not None else ""
         raise RlvrError(f"evaluation scored none of its {int(count * n)} samples with {correctness!r}"
                         + (f": {why}" if why else ""))
+    if unscored is not None and unscored.counts:
+        log.warning(f"evaluation: {unscored.line()}")
     result: dict[str, Any] = {
         "n": int(count),
         "samples_per_prompt": n,

@@ -109,13 +109,16 @@ class RewardBatch:
         return sum(v is None for v in self.total)
 
     def unscored(self) -> Unscored:
-        """Per reward, the records it could not score and why the first could not."""
+        """Per reward, the records it could not score and why the first could not (its error, else
+        the ``why`` of a ``Score(None, {"why": ...})``)."""
         out = Unscored(records=len(self.total), unscorable=self.unscorable())
         for name in self.names:
             for value, info in zip(self.values[name], self.infos[name]):
                 if value is None:
                     out.counts[name] += 1
-                    out.reasons.setdefault(name, str(info.get("error") or "it returned None"))
+                    why = info.get("error") or info.get("why")  # a Score's own reason, when it gave one
+                    out.reasons.setdefault(name, f"returned None: {why}" if why and not info.get("error") else
+                                           str(why or "returned None"))
         return out
 
 
