@@ -16,7 +16,10 @@ from typing import Any, Mapping, Sequence
 
 from rlvr import RlvrError
 
-TRACKERS = {"tensorboard": ("tensorboard", "tensorboard"), "wandb": ("wandb", "wandb"), "trackio": ("trackio", "trackio")}
+# tracker -> (its module, what installs it: rlvr's extra of that name, at the version it is tested with)
+TRACKERS = {name: (name, f"pip install 'rlvr[{name}]' (in a checkout of rlvr: pip install -e '.[{name}]')")
+            for name in ("wandb", "trackio")}
+TRACKERS["tensorboard"] = ("tensorboard", "pip install tensorboard")  # a dependency of rlvr's
 
 
 def _installed(name: str) -> bool:
@@ -32,8 +35,8 @@ def check_trackers(names: Sequence[str] | None) -> list[str]:
         if name not in TRACKERS:
             raise RlvrError(f"trainer.report_to: unknown tracker {name!r}; one of {', '.join(TRACKERS)}")
         if not _installed(name):
-            raise RlvrError(f"trainer.report_to names {name!r}, which is not installed: pip install "
-                            f"{TRACKERS[name][1]} (or leave it out of trainer.report_to)")
+            raise RlvrError(f"trainer.report_to names {name!r}, which is not installed: {TRACKERS[name][1]}; "
+                            "or leave it out of trainer.report_to")
     return list(dict.fromkeys(names))
 
 
