@@ -6,6 +6,12 @@ leak resources", and its communicators may hang the exit. ``rlvr train`` creates
 group (``init_default_group``, which DeepSpeed then adopts); an in-process vLLM engine
 (``rlvr eval``, a one-rank ``rlvr train``) creates one if none exists and does not always destroy it.
 
+A run leaves nothing of this behind, so that ``rlvr.train`` and ``rlvr.evaluate`` can run again and
+again in one Python process (a notebook, a sweep): DeepSpeed keeps module-level references to the
+groups it adopted or made (its clone of the world group, ...) and torch wraps ``sys.excepthook`` at
+every ``init_process_group``; ``process_group_scope`` drops the one and restores the other, and
+``environment_scope`` puts back the variables a run sets in ``os.environ``.
+
 What listens where. torch's ``TCPStore`` serves on every interface whatever host it is given, and
 gloo binds the address the host name resolves to (a LAN address on many machines), so by default a
 one-process run would be reachable from the network. A run whose ranks all run on this host
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 from contextlib import contextmanager
 from typing import Iterator
 
@@ -81,32 +88,70 @@ def init_default_group(backend: str, rank: int, world: int) -> None:
 
 def destroy_process_group() -> None:
     """Destroy the default process group if it is still alive; a no-op otherwise, so every exit
-    path may call it (vLLM's own shutdown may have destroyed it already)."""
+    path may call it (vLLM's own shutdown may have destroyed it already). A group DeepSpeed
+    adopted goes through DeepSpeed, which drops its references to it and to the groups it made."""
     import torch.distributed as dist
 
-    if dist.is_available() and dist.is_initialized():
+    comm = sys.modules.get("deepspeed.comm.comm")  # loaded only if this process used DeepSpeed
+    if comm is not None and comm.cdb is not None and comm.cdb.is_initialized():
+        comm.destroy_process_group()
+    elif dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
+    _forget_deepspeed_groups()
+
+
+def _forget_deepspeed_groups() -> None:
+    """DeepSpeed's references to groups already destroyed (by torch directly, e.g. vLLM's shutdown):
+    left there, the next ``deepspeed.initialize`` in this process uses them and fails with torch's
+    "Group ... is not registered"."""
+    groups = sys.modules.get("deepspeed.utils.groups")
+    release = getattr(groups, "_release_process_group_references", None)  # DeepSpeed's own (0.19)
+    if release is not None:
+        release(None)
+    elif groups is not None:  # older versions: the clone of the world group every engine uses
+        groups._WORLD_GROUP = None
 
 
 @contextmanager
 def process_group_scope(world: int = 1) -> Iterator[None]:
     """A default process group created inside (by us, DeepSpeed or vLLM) is destroyed on leaving,
     however it is left: normally, on an RlvrError, on Ctrl-C. One that existed before is left alone.
-    Inside, a run of ``world`` ranks on this host binds gloo and NCCL to loopback, in this process
-    and the ones it starts, unless the environment names an interface already."""
+    With it go DeepSpeed's hold on it and torch's wrapper of ``sys.excepthook``, and the
+    environment is put back as it was (``environment_scope``: vLLM sets a dozen variables as its
+    engine starts, ``LD_PRELOAD`` among them). Inside, a run of ``world`` ranks on this host binds
+    gloo and NCCL to loopback, in this process and the ones it starts, unless the environment
+    names an interface already."""
     import torch.distributed as dist
 
     existed = dist.is_available() and dist.is_initialized()
-    before = {} if spans_hosts(world) else {name: os.environ.get(name) for name in SOCKET_INTERFACE_VARS
-                                             if not os.environ.get(name)}
-    os.environ.update({name: LOOPBACK_INTERFACE for name in before})
+    hook, comm = sys.excepthook, sys.modules.get("deepspeed.comm.comm")
+    backend = comm.cdb if comm is not None else None
+    with environment_scope():
+        if not spans_hosts(world):
+            os.environ.update({name: LOOPBACK_INTERFACE for name in SOCKET_INTERFACE_VARS if not os.environ.get(name)})
+        try:
+            yield
+        finally:
+            if not existed:
+                destroy_process_group()
+                sys.excepthook = hook  # torch's init_process_group wrapped it (a "[rank0]:" per run)
+                comm = sys.modules.get("deepspeed.comm.comm")
+                if comm is not None:  # DeepSpeed adopts the next run's group afresh
+                    comm.cdb = backend
+
+
+@contextmanager
+def environment_scope() -> Iterator[None]:
+    """The variables set in ``os.environ`` inside (a world of one's ``RANK`` and ``MASTER_PORT``,
+    ``DS_ACCELERATOR``, what libraries set as they start) are put back as they were on leaving,
+    however it is left, so that the next run in this process, or a child process started after,
+    does not find them."""
+    saved = dict(os.environ)
     try:
         yield
     finally:
-        if not existed:
-            destroy_process_group()
-        for name, value in before.items():  # as it was
-            if value is None:
-                os.environ.pop(name, None)
-            else:
+        for name in [name for name in os.environ if name not in saved]:
+            del os.environ[name]
+        for name, value in saved.items():
+            if os.environ.get(name) != value:
                 os.environ[name] = value

@@ -68,6 +68,7 @@ class RunOutput:
         os.dup2(target, 2)
         os.close(target)
         root = logging.getLogger()
+        self._levels = [(logger, logger.level) for logger in (root, logging.getLogger("rlvr"))]  # put back on exit
         root.setLevel(logging.INFO)
         to_log = logging.StreamHandler(sys.stderr)
         to_log.setFormatter(logging.Formatter(FORMAT))
@@ -115,6 +116,8 @@ class RunOutput:
             traceback.print_exception(exc_type, exc, tb, file=sys.stderr)
         for logger, handler in self._handlers:
             logger.removeHandler(handler)
+        for logger, level in self._levels:
+            logger.setLevel(level)
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(self._saved[0], 1)  # also closes the pipe's last write ends held as fds 1 and 2
