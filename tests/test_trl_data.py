@@ -181,3 +181,12 @@ def test_plain_prompts_reach_a_trl_reward_as_text():
                                           plugin="test", version="0"), 1.0, {}, {}, False)
     assert score_batch([reward], ["What is 1 + 2?"], ["3"], [[1]], [{}]).values["t"] == [1.0]
     assert seen == ["What is 1 + 2?"]
+
+
+@pytest.mark.parametrize("column", ["messages", "completion"])
+def test_trl_s_answer_columns_are_not_prompts(column):
+    row = {column: [{"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "content": "4"}]}
+    with pytest.raises(RlvrError, match=f"column '{column}' ends with the assistant's answer"):
+        check_prompt_row(PromptConfig(template=f"{{{{{column}}}}}"), row)
+    row[column] = row[column][:1]  # the turns before the answer are a prompt, whatever the column
+    assert prompt_messages(PromptConfig(template=f"{{{{{column}}}}}"), row) == row[column]

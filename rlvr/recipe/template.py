@@ -157,13 +157,26 @@ def conversation_column(text: str) -> str | None:
     return name.group(1) if name else None
 
 
+# TRL's columns that hold an answer, not a prompt: a prompt-completion dataset's completion, a
+# preference dataset's chosen and rejected, and a language-modeling dataset's whole conversation
+# (its answer last).
+ANSWER_COLUMNS = ("completion", "chosen", "rejected", "messages")
+
+
 def row_conversation(template: str, row: Mapping[str, Any]) -> list[dict] | None:
     """The row's chat messages when ``template`` takes a column whole and the row holds a list
-    there (checked: ``RlvrError`` naming the column), else None (the template is text)."""
+    there (checked: ``RlvrError`` naming the column), else None (the template is text). One of
+    TRL's answer columns (:data:`ANSWER_COLUMNS`) ending with the assistant's turn is refused: as
+    a prompt it would be continued, its answer shown."""
     column = conversation_column(template)
     if column is None or not isinstance(row.get(column), (list, tuple)):
         return None
-    return messages(row[column], column)
+    turns = messages(row[column], column)
+    if column in ANSWER_COLUMNS and turns[-1]["role"] == "assistant":
+        raise RlvrError(f"column {column!r} ends with the assistant's answer (TRL's {column!r} column), which the "
+                        "model would be shown and asked to continue: the prompt is the turns before the answer, "
+                        "in a 'prompt' column, and the answer a column a reward reads")
+    return turns
 
 
 def prompt_messages(prompt, row: Mapping[str, Any]) -> list[dict]:
