@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Callable, Iterator, TypeVar
 
 from rlvr import RlvrError, hookimpl
-from rlvr.kit import hub_rows, in_test_split, local_or_hub, read_jsonl
+from rlvr.kit import hub_rows, in_test_split, local_or_hub
 from rlvr.kit.boxed import last_boxed
-from rlvr.kit.data import parse_json
+from rlvr.kit.data import SourcedRow, parse_json, sourced_jsonl
 
 T = TypeVar("T")
 
@@ -170,11 +170,12 @@ def word_problems(split: str, *, data_dir: Path, size: int = 2000, seed: int = 0
 DATA_SUFFIXES = (".jsonl", ".jsonl.gz", ".json", ".parquet")
 
 
-def dataset(split: str, *, data_dir: Path, path: str | None = None, hub: str | None = None, config: str | None = None,
+def dataset(split: str, *, data_dir: Path, path: Path | None = None, hub: str | None = None, config: str | None = None,
             columns: list[str] | None = None, rename: dict[str, str] | None = None,
             splits: dict[str, str] | None = None) -> Iterator[dict]:
     """Your own data: a local file (``path``: .jsonl, .json or .parquet) or folder (one such file
-    per split, ``<folder>/<split>.jsonl``), or a hub dataset (``hub`` id, ``config``). ``columns``
+    per split, ``<folder>/<split>.jsonl``; a relative path is read from the recipe's folder, as
+    every task option annotated ``Path``), or a hub dataset (``hub`` id, ``config``). ``columns``
     lists the columns the recipe uses (checked before a model loads, on every row by ``rlvr
     validate --data``); ``rename`` maps a column to the source's name for it (``{question:
     problem}``); ``splits`` maps a split to the source's name for it. A single file, and a
@@ -189,7 +190,7 @@ def dataset(split: str, *, data_dir: Path, path: str | None = None, hub: str | N
     else:
         rows, hashed = _local_rows(Path(path).expanduser(), split, splits or {})
     for i, row in enumerate(rows):
-        row = dict(row)
+        row = row.copy() if isinstance(row, dict) else dict(row)  # a SourcedRow's copy keeps its file and line
         for new, old in (rename or {}).items():
             if old in row:
                 row[new] = row.pop(old)
@@ -226,7 +227,7 @@ def _local_rows(where: Path, split: str, names: dict[str, str]):
 def _read_file(path: Path):
     name = path.name.lower()
     if name.endswith((".jsonl", ".jsonl.gz")):
-        return read_jsonl(path)
+        return sourced_jsonl(path)
     if name.endswith(".json"):
         try:
             data = parse_json(path.read_text(encoding="utf-8"))
@@ -235,15 +236,21 @@ def _read_file(path: Path):
         data = data.get("data", data) if isinstance(data, dict) else data
         if not isinstance(data, list):
             raise RlvrError(f"{path}: a JSON dataset is a list of rows (or {{\"data\": [rows]}})")
-        return data
+        return _sourced(data, path)
     if name.endswith(".parquet"):
         import pyarrow.parquet as pq
 
         try:
-            return pq.read_table(path).to_pylist()
+            table = pq.read_table(path).to_pylist()
         except Exception as exc:  # noqa: BLE001 - pyarrow's own errors, one line
             raise RlvrError(f"{path}: not a readable Parquet file ({type(exc).__name__}: {exc})") from None
+        return _sourced(table, path)
     raise RlvrError(f"{path}: a dataset file ends in {', '.join(DATA_SUFFIXES)}")
+
+
+def _sourced(rows: list, path: Path) -> list:
+    """The rows of a JSON or Parquet file, each that is a mapping knowing its place ("row 17")."""
+    return [SourcedRow(row, path, f"row {i}") if isinstance(row, dict) else row for i, row in enumerate(rows, 1)]
 
 
 @hookimpl

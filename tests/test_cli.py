@@ -106,7 +106,8 @@ def test_validate_reads_local_data(rlvr_cmd, tmp_path):
     (tmp_path / "gsm8k" / "train.jsonl").write_text("\n".join(lines) + "\n")
     bad = rlvr_cmd("validate", "--data", ROOT / "tasks/gsm8k.yaml", env={"RLVR_DATA_DIR": str(tmp_path)})
     assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
-    assert bad.stderr.startswith(f"rlvr: error: {tmp_path}/gsm8k/train.jsonl:4001: not valid JSON ("), bad.stderr
+    assert bad.stderr.startswith(f"rlvr: error: {ROOT}/tasks/gsm8k.yaml: {tmp_path}/gsm8k/train.jsonl:4001: not valid "
+                                 "JSON ("), bad.stderr
 
 
 # No route to the hub: a closed local port stands in for it, whatever network CI has.

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_rlvr
+from conftest import one_line_error, run_rlvr
 from rlvr import RlvrError
 from rlvr.host.registry import load_registry
 from rlvr.recipe.load import load_recipe
-from rlvr.recipe.resolve import load_rows, peek_rows, resolve
+from rlvr.recipe.resolve import load_rows, resolve
+from rlvr.recipe.rows import check_rows
 
 ROWS = [{"problem": f"What is {a} * {b}?", "solution": str(a * b)} for a in range(1, 21) for b in range(1, 11)]
 
@@ -80,11 +81,10 @@ def test_validation_before_any_model_loads(tmp_path):
     wrong = recipe(tmp_path, path=str(data), columns=["question", "solution"], rename={"question": "problem"})
     with pytest.raises(RlvrError, match="reward 'math' needs column 'answer'"):
         resolve(load_recipe(wrong), registry)
-    # rows without a listed column are found by validate --data, with the row named
+    # rows without a listed column are found by validate --data, with the file and line named
     bad = write_jsonl(tmp_path / "bad.jsonl", ROWS[:50] + [{"problem": "What is 1 * 1?"}] + ROWS[50:])
     out = run_rlvr("validate", "--data", recipe(tmp_path, path=str(bad)))
-    assert out.returncode == 2 and "task 'dataset' split 'train' row " in out.stderr and "lacks column 'answer'" \
-        in out.stderr, out.stderr
+    one_line_error(out, f"{bad} line 51: no column 'answer' (the reward 'math' needs it)")
     ok = run_rlvr("validate", "--data", recipe(tmp_path, path=str(data)))
     assert ok.returncode == 0 and "rows of task 'dataset' read" in ok.stdout, ok.stderr
     missing = recipe(tmp_path, path=str(tmp_path / "nope.jsonl"))
@@ -103,4 +103,4 @@ def test_a_hub_dataset_that_cannot_be_had_is_one_line(tmp_path, monkeypatch):
     path = recipe(tmp_path, hub="someorg/no-such-data", config="main")
     with pytest.raises(RlvrError, match="'someorg/no-such-data' split 'train': the hub is unreachable"):
         rows_of(path, "train")
-    assert peek_rows  # the same loader serves validate --data
+    assert check_rows  # the same loader serves validate --data and the checks before a model loads

@@ -22,6 +22,7 @@ from rlvr.host.registry import Registry, TaskSpec, load_registry, make_reward_sp
 from rlvr.kit import in_test_split, read_jsonl
 from rlvr.models.hub import check_model_name
 from rlvr.recipe.load import load_recipe
+from rlvr.recipe.rows import check_rows, training_parts
 from rlvr.recipe.resolve import resolve
 from rlvr.recipe.spec import Recipe
 from rlvr.runs.metrics import step_rows
@@ -93,6 +94,7 @@ def train(recipe: str | Path | Mapping[str, Any], *, overrides: Mapping[str, Any
 
 DISTRIBUTED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
 
+    check_rows(rec, registry, training_parts(rec))  # every row it will read, before any model loads
 
 @contextmanager
 def _process_env():
@@ -110,6 +112,7 @@ def _process_env():
                 os.environ[key] = value
 
 
+    check_rows(rec, registry, ("eval",))
 def evaluate(recipe: str | Path | Mapping[str, Any], model: str | Path | None = None, *,
              overrides: Mapping[str, Any] | Iterable[str] | None = None, rewards: Mapping[str, Callable] | None = None,
              tasks: Mapping[str, Any] | None = None, output_dir: str | Path | None = None,

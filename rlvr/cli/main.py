@@ -105,41 +105,51 @@ def rewards():
 @cli.command()
 @click.argument("recipes", nargs=-1, required=True)
 @_recipe_options
-@click.option("--data", is_flag=True, help="Also read the first rows of the train and eval splits (and, under "
-              "data.max_prompt_tokens, measure every prompt).")
+@click.option("--data", is_flag=True, help="Also read and check every row of the train and eval splits (and, "
+              "under data.max_prompt_tokens, measure every prompt).")
 @click.option("--import", "import_code", is_flag=True, help="Also import the code of module:function rewards, to "
               "check their columns and options (without it, validate only says where that code would come from).")
 def validate(recipes, overrides, profile, data, import_code):
-    """Check recipes fully (names, columns, batch shapes) without loading a model.
+    """Check recipes fully (names, columns, batch shapes, that local data files exist) without
+    loading a model.
 
     Every variant is checked: the recipe as given and with each of its profiles. A module:function
     reward is named with the file it would be imported from and why that is allowed; it is imported
     (and its columns and options checked) only with --import."""
-    from rlvr.kit.data import data_dir
     from rlvr.recipe.load import recipe_profiles
+    from rlvr.recipe.rows import check_data_files, check_rows
+
+    def check_variant(path, variant):
+        """The recipe with one of its profiles (or none), resolved; its data files exist, and
+        with --data, for the profile asked for, every row is read and checked."""
+        recipe = _load_resolved(path, list(overrides), variant, registry, import_code=import_code)
+        try:
+            if data and variant == profile:
+                for note in check_rows(recipe, registry, every=True, imported=import_code):
+                    click.echo(f"{path}: {note}")
+            else:
+                check_data_files(recipe, registry)
+        except RlvrError as exc:
+            raise RlvrError(f"{path} (profile {variant!r}): {exc}" if variant else f"{path}: {exc}") from None
+        return recipe
 
     registry = _registry()
     for path in recipes:
-        recipe = _load_resolved(path, list(overrides), profile, registry, import_code=import_code)
+        recipe = check_variant(path, profile)
         for name in recipe.rewards:
             source = registry.reference(name)
             if source is not None:
                 done = "imported and checked" if import_code else "not imported (--import checks it)"
                 click.echo(f"{path}: reward {name} imports {source.describe()}; {done}")
-        if data:
-            from rlvr.recipe.resolve import peek_rows
+        if data and recipe.data.max_prompt_tokens:
+            from rlvr.sampling.prompts import check_prompt_lengths
 
-            for note in peek_rows(recipe, registry, data_dir()):
+            for note in check_prompt_lengths(recipe, registry):
                 click.echo(f"{path}: {note}")
-            if recipe.data.max_prompt_tokens:
-                from rlvr.sampling.prompts import check_prompt_lengths
-
-                for note in check_prompt_lengths(recipe, registry):
-                    click.echo(f"{path}: {note}")
         profiles = recipe_profiles(path)
         for other in [None, *profiles]:
             if other != profile:
-                _load_resolved(path, list(overrides), other, registry, import_code=import_code)
+                check_variant(path, other)
         checked = f"; checked with profiles: {', '.join(profiles)}" if profiles else ""
         click.echo(f"{path}: ok ({recipe.task.name}, rewards: {', '.join(recipe.rewards)}, "
                    f"{recipe.prompts_per_step} prompts x {recipe.sampling.num_generations} samples a step{checked})")

@@ -13,6 +13,7 @@ import click
 
 from rlvr import RlvrError
 from rlvr.cli.common import _Int, _load_resolved, _recipe_options, _registry, cli
+from rlvr.recipe.rows import check_rows, training_parts
 from rlvr.sampling.auth import SECRET_ENV, SECRET_FILE_ENV, required_secret
 
 
@@ -37,6 +38,7 @@ def train(recipe, overrides, profile, max_steps, output_dir, resume, model, verb
         settings.append(("trainer.steps", max_steps))
     registry = _registry()
     rec = _load_resolved(recipe, list(overrides), profile, registry, settings)
+    check_rows(rec, registry, training_parts(rec))  # every row it will read, before any model loads
     output_dir = output_dir or Path("runs") / rec.name
     check_folder_target(output_dir, "--output-dir", private=True)
     if rec.sampling.mode == "server" and rec.sampling.server.urls:
@@ -87,6 +89,7 @@ def eval_cmd(recipe, model, split, limit, ks, output_dir, verbose, overrides, pr
         settings.append(("eval.k", _parse_ks(ks)))
     registry = _registry()
     rec = _load_resolved(recipe, list(overrides), profile, registry, settings)
+    check_rows(rec, registry, ("eval",))
     output_dir = output_dir or Path("runs") / f"eval-{rec.name}"
     check_folder_target(output_dir, "--output-dir", private=True)
     from rlvr.evaluation.evaluate import evaluate, report_markdown
@@ -116,7 +119,9 @@ def pool(recipe, output_path, model, k, limit, verbose, overrides, profile):
     settings = [("data.pool_file", None), ("data.pool_pass_range", None)] + ([("model.name", model)] if model else [])
     registry = _registry()
     rec = _load_resolved(recipe, list(overrides), profile, registry, settings)
-    from rlvr.evaluation.evaluate import build_pool
+    from rlvr.evaluation.evaluate import build_pool, pool_recipe
+
+    check_rows(pool_recipe(rec, k, limit), registry, ("eval",))  # the train rows it measures
     from rlvr.runs.logs import RunOutput
 
     with RunOutput(output_path.parent, rank=0, verbose=verbose, total_steps=0, name=output_path.name, announce=False):

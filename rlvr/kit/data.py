@@ -34,6 +34,32 @@ def read_jsonl(path: str | Path) -> Iterator[dict]:
         yield row
 
 
+def sourced_jsonl(path: str | Path) -> Iterator[SourcedRow]:
+    """``read_jsonl``'s objects as :class:`SourcedRow`s that know their file and line, for a
+    dataset whose rows are checked (``rlvr.recipe.rows``)."""
+    for number, row in numbered_jsonl(path):
+        yield SourcedRow(row, path, f"line {number}")
+
+
+class SourcedRow(dict):
+    """A dataset row that knows where it was read (``source``: the file, and "line 21" or "row
+    17" in it), so that a check of the row can name the place a user can open. The place is an
+    attribute, not a column: templates, rewards, ``in_test_split``'s hash and JSON see the row's
+    columns only. ``copy()`` keeps the place (``dict(row)`` drops it)."""
+
+    __slots__ = ("source",)
+
+    def __init__(self, columns: Mapping[str, Any], path: str | Path, place: str):
+        super().__init__(columns)
+        self.source = (Path(path), place)
+
+    def copy(self) -> SourcedRow:
+        return SourcedRow(self, *self.source)
+
+    def __reduce__(self):  # pickled (to a worker process) as the plain dict it stands for
+        return dict, (dict(self),)
+
+
 def numbered_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
     """``read_jsonl``'s objects with their line numbers, for a caller's own errors about a record."""
     path = Path(path)

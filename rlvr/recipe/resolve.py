@@ -2,31 +2,37 @@
 
 ``resolve`` checks every name the recipe gives (task, rewards, environment) against what the
 plugins registered, and their options, columns and template fields, before any model loads;
-``load_rows`` and ``peek_rows`` read a task's rows (all of them, checked, for ``rlvr validate --data``).
+an option annotated ``Path`` (the ``dataset`` task's ``path``) is a local file or folder, and a
+relative one is made to name it from the recipe's folder (``Registry.use_recipe``; the current
+folder for a recipe given as data), wherever the command runs. ``load_rows`` reads a task's
+rows; ``rlvr.recipe.rows`` checks each of them against the recipe.
 """
 
 from __future__ import annotations
 
 import inspect
-from pathlib import Path
+import typing
+from pathlib import Path, PurePath
 from typing import Iterator, Mapping
 
 
 from rlvr import RlvrError
-from rlvr.host.options import option_checker
+from rlvr.host.options import OptionChecker, option_checker
 from rlvr.host.registry import Registry, RewardSpec, did_you_mean
 from rlvr.kit.data import data_dir
 from rlvr.recipe.pool_file import check_pool_file
 from rlvr.recipe.spec import PromptConfig, Recipe, RewardEntry, TaskRef, template_fields
-from rlvr.recipe.template import fields
+from rlvr.recipe.template import check_prompt_row, fields
 
 
 def resolve(recipe: Recipe, registry: Registry, import_code: bool = True) -> None:
     """Check every name in the recipe against what the plugins registered. A ``module:function``
     reward is located first (``Registry.reference``: refused unless the user chose its code);
     with ``import_code=False`` it is not imported, and its columns and options go unchecked."""
-    _check_task(registry, recipe.task, recipe.prompt, [recipe.data.train_split], recipe, "", import_code)
-    _check_task(registry, recipe.eval_task, recipe.eval_prompt, [recipe.eval_split], recipe, "eval.", import_code)
+    base = recipe_folder(registry)
+    _check_task(registry, recipe.task, recipe.prompt, [recipe.data.train_split], recipe, "", import_code, base)
+    _check_task(registry, recipe.eval_task, recipe.eval_prompt, [recipe.eval_split], recipe, "eval.", import_code,
+                base)
     _check_correctness(recipe)
     if recipe.data.pool_file is not None:
         check_pool_file(recipe)  # the file and its selection; its rows are matched when they load
@@ -37,7 +43,13 @@ def resolve(recipe: Recipe, registry: Registry, import_code: bool = True) -> Non
         env = recipe.environment
         spec = registry.environment(env.name)
         env.options = {**env.options, **_check_options(spec.fn, spec.name, "environment", spec.plugin, env.options,
-                                                       "environment.options")}
+                                                       "environment.options", base)}
+
+
+def recipe_folder(registry: Registry) -> Path:
+    """Where a recipe's relative paths start: its folder, or the current one for a recipe given
+    as data (a mapping, from Python)."""
+    return registry.imports.recipe_folder or Path.cwd()
 
 
 def task_columns(task, ref: TaskRef) -> tuple[str, ...]:
@@ -46,7 +58,7 @@ def task_columns(task, ref: TaskRef) -> tuple[str, ...]:
     return tuple(task.columns) or tuple(ref.options.get("columns") or ())
 
 
-def _reward_specs(recipe: Recipe, registry: Registry, imported: bool) -> Iterator[tuple[str, RewardEntry, RewardSpec]]:
+def reward_specs(recipe: Recipe, registry: Registry, imported: bool) -> Iterator[tuple[str, RewardEntry, RewardSpec]]:
     """(name, recipe entry, spec) of the recipe's rewards, but for the references left unimported."""
     for name, entry in recipe.rewards.items():
         if registry.reference(name) is None or imported:
@@ -54,9 +66,9 @@ def _reward_specs(recipe: Recipe, registry: Registry, imported: bool) -> Iterato
 
 
 def _check_task(registry: Registry, ref: TaskRef, prompt: PromptConfig, splits: list[str], recipe: Recipe, where: str,
-                imported: bool) -> None:
+                imported: bool, base: Path) -> None:
     task = registry.task(ref.name)
-    ref.options = {**ref.options, **_check_task_options(task, ref.options, where)}  # 1e3 -> 1000
+    ref.options = {**ref.options, **_check_task_options(task, ref.options, where, base)}  # 1e3 -> 1000
     columns = set(task_columns(task, ref))
     if not columns:
         raise RlvrError(f"{where}task {task.name!r} needs its columns listed: {where}task.options.columns, e.g. "
@@ -68,7 +80,7 @@ def _check_task(registry: Registry, ref: TaskRef, prompt: PromptConfig, splits: 
                 f"it has: {', '.join(task.splits)}"
             )
     _check_prompt(registry, columns, task.name, prompt, recipe, where, imported)
-    for name, entry, spec in _reward_specs(recipe, registry, imported):
+    for name, entry, spec in reward_specs(recipe, registry, imported):
         spec.check_options(entry.options)  # names, types, choices and ranges, from the reward's signature
         for param, column in entry.columns.items():
             if param not in spec.columns + spec.optional_columns:
@@ -87,6 +99,10 @@ def _check_prompt(registry: Registry, columns: set[str], task_name: str, prompt:
     """Fields name the task's columns, the template has one, and no reward's gold is shown."""
     used = template_fields(prompt, columns)
     missing = sorted(used - columns)
+    if missing and "template" not in prompt.model_fields_set:
+        raise RlvrError(f"{where}prompt.template is not given, so the prompt is the task's 'prompt' column (as in "
+                        f"TRL's datasets), which task {task_name!r} lacks: give {where}prompt.template, e.g. "
+                        f"\"{{{{{sorted(columns)[0]}}}}}\" (columns: {', '.join(sorted(columns))})")
     if missing:
         raise RlvrError(
             f"{where}prompt uses {{{{{missing[0]}}}}} but task {task_name!r} has no such column"
@@ -96,7 +112,7 @@ def _check_prompt(registry: Registry, columns: set[str], task_name: str, prompt:
         raise RlvrError(f"{where}prompt.template has no {{{{column}}}} field: every prompt would be the same "
                         f"(columns: {', '.join(sorted(columns))})")
     gold = {}
-    for name, entry, spec in _reward_specs(recipe, registry, imported):
+    for name, entry, spec in reward_specs(recipe, registry, imported):
         for param in spec.gold_columns:
             gold.setdefault(entry.columns.get(param, param), name)
     allowed = set(prompt.gold_in_prompt)
@@ -111,32 +127,80 @@ def _check_prompt(registry: Registry, columns: set[str], task_name: str, prompt:
         )
 
 
-def _check_task_options(task, options: dict, where: str) -> dict:
+def _check_task_options(task, options: dict, where: str, base: Path) -> dict:
     """A task's options are its loader's keyword-only parameters (but ``data_dir``)."""
-    return _check_options(task.fn, task.name, "task", task.plugin, options, f"{where}task.options")
+    return _check_options(task.fn, task.name, "task", task.plugin, options, f"{where}task.options", base)
 
 
-def _check_options(fn, name: str, kind: str, plugin: str, options: dict, where: str) -> dict:
-    """Options of a task loader or an environment's ``make``: its keyword-only parameters (but
-    ``data_dir``), checked from their annotations as reward options are; with ``**kwargs`` it
-    takes other names too."""
+def _checker(fn, name: str, kind: str, plugin: str) -> OptionChecker:
+    """The checker of the options of a task loader or an environment's ``make``: its keyword-only
+    parameters (but ``data_dir``), checked from their annotations as reward options are."""
     params = inspect.signature(fn).parameters
-    open_ended = any(p.kind is p.VAR_KEYWORD for p in params.values())
     allowed = {n: p.default for n, p in params.items() if p.kind is p.KEYWORD_ONLY and n != "data_dir"}
-    for option in options:
-        if option not in allowed and not open_ended:
-            raise RlvrError(
-                f"{where}: {kind} {name!r} has no option {option!r}"
-                f"{did_you_mean(option, allowed)}; options: {', '.join(allowed) or 'none'}"
-            )
     try:
-        checker = option_checker(name, fn, allowed, kind=kind)
+        return option_checker(name, fn, allowed, kind=kind)
     except TypeError as exc:
         raise RlvrError(f"plugin {plugin!r}: {kind} {name!r}: {exc}") from None
+
+
+def _check_options(fn, name: str, kind: str, plugin: str, options: dict, where: str, base: Path) -> dict:
+    """The options, checked (``_checker``; with ``**kwargs`` the loader takes other names too),
+    those annotated ``Path`` made to name the file from ``base`` (and kept as strings)."""
+    open_ended = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
+    checker = _checker(fn, name, kind, plugin)
+    for option in options:
+        if option not in checker.options and not open_ended:
+            raise RlvrError(
+                f"{where}: {kind} {name!r} has no option {option!r}"
+                f"{did_you_mean(option, checker.options)}; options: {', '.join(checker.options) or 'none'}"
+            )
     try:
-        return checker.check({k: v for k, v in options.items() if k in allowed})
+        checked = checker.check({k: v for k, v in options.items() if k in checker.options})
     except RlvrError as exc:
         raise RlvrError(f"{where}: {exc}") from None
+    for option in path_options(checker):
+        if checked.get(option) is not None:
+            checked[option] = _from_folder(options[option], base, f"{where}.{option}")
+    return checked
+
+
+def path_options(checker: OptionChecker) -> list[str]:
+    """The options annotated ``Path`` (``Path | None`` too): local files or folders."""
+    def is_path(annotation) -> bool:
+        if isinstance(annotation, type) and issubclass(annotation, PurePath):
+            return True
+        return any(is_path(arg) for arg in typing.get_args(annotation))
+
+    return [name for name, spec in checker.options.items() if is_path(spec.annotation)]
+
+
+def task_paths(task, ref: TaskRef) -> dict[str, str]:
+    """A task's local files or folders as the recipe (resolved) names them: option -> path."""
+    names = path_options(_checker(task.fn, task.name, "task", task.plugin))
+    return {name: ref.options[name] for name in names if ref.options.get(name) is not None}
+
+
+def _from_folder(given, base: Path, where: str) -> str:
+    """``given`` (a path a recipe names) as read from ``base``; a relative path that is missing
+    there but present in the current folder, where it was read from before, is refused with the
+    two places named rather than read from either."""
+    path = Path(str(given)).expanduser()
+    if path.is_absolute():
+        return str(path)
+    found = base / path
+    if base.resolve() != Path.cwd().resolve() and not found.exists() and path.exists():
+        raise RlvrError(f"{where}: {given} is read from the recipe's folder, where there is no {shown(found)}; "
+                        f"the current folder's {given} is not read: name it relative to the recipe's folder "
+                        f"({shown(base)}), or give an absolute path")
+    return str(found)
+
+
+def shown(path: str | Path) -> str:
+    """A path as a user reads it: from the current folder when it lies under it."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def _check_correctness(recipe: Recipe) -> None:
@@ -174,27 +238,9 @@ def load_rows(registry: Registry, ref: TaskRef, split: str, limit: int | None = 
     """The first ``limit`` rows (None: all) of a task's split; an empty split is an error."""
     rows = []
     for row in task_rows(registry.task(ref.name), ref, split, data_dir()):
-        rows.append(row)
+        rows.append(dict(row))  # plain: where a row was read (a SourcedRow's) is for rlvr.recipe.rows
         if limit and len(rows) >= limit:
             break
     if not rows:
         raise RlvrError(f"task {ref.name!r} split {split!r} has no rows")
     return rows
-
-
-def peek_rows(recipe: Recipe, registry: Registry, root: Path) -> list[str]:
-    """Read every row of the train and eval splits (``rlvr validate --data``): a loader's error
-    (a local file's names its line) surfaces here, and each row must carry the task's columns.
-    Returns a note per split with its row count."""
-    notes = []
-    for ref, split in ((recipe.task, recipe.data.train_split), (recipe.eval_task, recipe.eval_split)):
-        task = registry.task(ref.name)
-        columns, count = set(task_columns(task, ref)), 0
-        for count, row in enumerate(task_rows(task, ref, split, root), 1):
-            missing = sorted(columns - set(row))
-            if missing:
-                raise RlvrError(f"task {task.name!r} split {split!r} row {count}: lacks column {missing[0]!r}")
-        if not count:
-            raise RlvrError(f"task {task.name!r} split {split!r} is empty")
-        notes.append(f"{split}: {count} rows of task {task.name!r} read")
-    return notes
