@@ -9,7 +9,7 @@ The hook API for plugin authors (with the helpers in ``rlvr.kit``, all a plugin 
 
 Training and evaluating from Python (``rlvr.api``; torch and vLLM load only when called):
 
-- ``train(recipe, overrides=..., rewards={name: fn}, tasks={name: rows}, output_dir=...)``
+- ``train(recipe, overrides=..., rewards={name: fn} or [fn, ...], tasks={name: rows}, output_dir=...)``
   -> ``TrainResult`` (``final_model``, ``summary``, ``metrics()``, ``samples()``);
 - ``evaluate(recipe, model, ...)`` -> ``EvalResult`` (``accuracy``, ``report``, ``samples()``).
 
@@ -19,28 +19,27 @@ The parts, each a subpackage whose docstring says what it owns and what it may i
 (what a run writes), ``api`` and ``cli``.
 """
 
-from __future__ import annotations
+# Imported under private names: ``dir(rlvr)`` and tab completion show rlvr's own names only.
+import dataclasses as _dataclasses
+import typing as _typing
 
-from dataclasses import dataclass, field
-from typing import Any
-
-import pluggy
+import pluggy as _pluggy
 
 __version__ = "0.1.0"
 
-hookimpl = pluggy.HookimplMarker("rlvr")
+hookimpl = _pluggy.HookimplMarker("rlvr")
 
 
 class RlvrError(Exception):
     """A problem with the user's input: shown as one line, exit status 2."""
 
 
-@dataclass(frozen=True, slots=True)
+@_dataclasses.dataclass(frozen=True, slots=True)
 class Score:
     """One sample's reward plus why. ``value=None`` means "cannot score this one"."""
 
     value: float | None
-    info: dict[str, Any] = field(default_factory=dict)
+    info: dict[str, _typing.Any] = _dataclasses.field(default_factory=dict)
 
 
 from rlvr.host.environments import Reply  # noqa: E402 - after the names it may need

@@ -57,6 +57,52 @@ def test_prepare_adds_the_callables_and_checks_everything():
         prepare(RECIPE, "trainer.steps=2", {"exact": trl_exact}, {"sums": ROWS}, None)
 
 
+def short(completions, **kwargs):
+    return [-len(c[0]["content"]) / 100 for c in completions]
+
+
+def test_rewards_as_trls_list_named_by_function_weighted_in_order():
+    """TRL's ``reward_funcs`` style: a list (rlvr.train(rewards=[fn]) raised AttributeError)."""
+    rec, registry = prepare(RECIPE, None, [trl_exact, short], {"sums": ROWS}, None)
+    assert {n: e.weight for n, e in rec.rewards.items()} == {"trl_exact": 1.0, "short": 1.0}
+    assert registry.reward("trl_exact").convention == "trl"
+    rec, _ = prepare(RECIPE, None, [trl_exact, short], {"sums": ROWS}, None, weights=[2.0, 0.5])
+    assert {n: e.weight for n, e in rec.rewards.items()} == {"trl_exact": 2.0, "short": 0.5}
+    listed = {**RECIPE, "rewards": {"short": {"weight": 3.0, "options": {}}}}  # reward_weights replace the recipe's
+    rec, _ = prepare(listed, None, [trl_exact, short], {"sums": ROWS}, None, weights=[2.0, 0.5])
+    assert {n: e.weight for n, e in rec.rewards.items()} == {"short": 0.5, "trl_exact": 2.0}
+    rec, _ = prepare(RECIPE, None, {"exact": trl_exact}, {"sums": ROWS}, None, weights=[0.25])  # a mapping, in order
+    assert rec.rewards["exact"].weight == 0.25
+    rec, _ = prepare(RECIPE, None, short, {"sums": ROWS}, None)  # one function, as TRL takes it
+    assert list(rec.rewards) == ["short"]
+    for rewards, weights, message in [
+            ([lambda completions, **kw: []], None, r"rewards\[0\]: a lambda has no name .* pass rewards=\{'a_name': fn"),
+            ([short, short], None, "two functions named 'short'"),
+            ([short, "math"], None, r"rewards\[1\]: 'math' is not a function"),
+            ("math", None, "a list of reward functions or a mapping"),
+            ([trl_exact, short], [1.0], r"reward_weights: 1 weights for 2 rewards \(trl_exact, short\)"),
+            ([short], 2.0, "reward_weights: a list of numbers")]:
+        with pytest.raises(RlvrError, match=message) as caught:
+            prepare(RECIPE, None, rewards, {"sums": ROWS}, None, weights=weights)
+        assert "\n" not in str(caught.value)
+    with pytest.raises(RlvrError, match="reward_weights: 1 weights for 2 rewards"):  # through the API, before a model
+        rlvr.train(RECIPE, rewards=[trl_exact, short], reward_weights=[1.0], tasks={"sums": ROWS})
+
+
+def test_the_namespace_holds_rlvrs_own_names():
+    """``dir(rlvr)`` showed Any, dataclass, field, pluggy and annotations beside rlvr's API."""
+    import pkgutil
+
+    subpackages = {m.name for m in pkgutil.iter_modules(rlvr.__path__)}
+    public = {name for name in dir(rlvr) if not name.startswith("_")}
+    assert public - subpackages == set(rlvr.__all__) - {"__version__"}
+    assert all(hasattr(rlvr, name) for name in rlvr.__all__)
+    # what the project imports from rlvr still comes from there
+    from rlvr import Reply, RlvrError, Score, __version__, hookimpl  # noqa: F401
+
+    assert Score(None).info == {} and Score.__dataclass_params__.frozen
+
+
 def test_bad_input_raises_before_any_model_loads(tmp_path):
     with pytest.raises(RlvrError, match="unknown task 'sumz'"):
         rlvr.train({**RECIPE, "task": "sumz"}, rewards={"exact": trl_exact}, tasks={"sums": ROWS},

@@ -125,7 +125,7 @@ def test_runs_one_after_another_in_one_process(tmp_path, tiny_model, small_model
     assert numbers(first)[0][1] > 0 and first.summary["eval_after"]["n"] == 4  # rewards that vary
 
     other = settings(small_model, "hf", **{"algorithm.kl.beta": 0.05, "trainer.schedule": "cosine"})
-    second = rlvr.train(RECIPE, overrides=other, rewards={"short": short}, tasks={"sums": ROWS},
+    second = rlvr.train(RECIPE, overrides=other, rewards=[short], tasks={"sums": ROWS},
                         output_dir=tmp_path / "b")
     start.check("train B")
     assert len(second.metrics()) == 2 and (second.final_model / "config.json").exists()

@@ -1,10 +1,12 @@
 """``rlvr.train`` and ``rlvr.evaluate``: what ``rlvr train`` and ``rlvr eval`` do, from Python.
 
 The recipe is a path or a mapping (the YAML as data); ``overrides`` are ``--set``'s, as a
-mapping of dotted keys (``{"trainer.steps": 4}``) or ``KEY=VALUE`` strings. ``rewards`` maps
-names to callables, either convention (``fn(prompts, completions, completion_ids, *, answer)``
-or TRL's ``fn(completions, answer, **kwargs)``); a name the recipe does not list is added with
-weight 1.0. ``tasks`` maps names to rows: a list of dicts (one in five held out for ``test``, by
+mapping of dotted keys (``{"trainer.steps": 4}``) or ``KEY=VALUE`` strings. ``rewards`` are
+callables, either convention (``fn(prompts, completions, completion_ids, *, answer)`` or TRL's
+``fn(completions, answer, **kwargs)``): a mapping of names to callables, or TRL's list of them
+(each named by its ``__name__``); a name the recipe does not list is added with weight 1.0.
+``reward_weights``, as in TRL's config: one weight per reward, in order (they replace the
+recipe's). ``tasks`` maps names to rows: a list of dicts (one in five held out for ``test``, by
 a hash of the row), a mapping ``{split: rows}``, or a function ``fn(split) -> rows``. Everything
 is checked before a model loads; bad input raises ``RlvrError`` with the CLI's one-line message.
 """
@@ -12,24 +14,24 @@ is checked before a model loads; bad input raises ``RlvrError`` with the CLI's o
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from rlvr import RlvrError
 from rlvr.host.registry import Registry, TaskSpec, load_registry, make_reward_spec
 from rlvr.kit import in_test_split, read_jsonl
 from rlvr.models.hub import check_model_name
 from rlvr.recipe.load import load_recipe
-from rlvr.recipe.rows import check_rows, training_parts
 from rlvr.recipe.resolve import resolve
+from rlvr.recipe.rows import check_rows, training_parts
 from rlvr.recipe.spec import Recipe
 from rlvr.runs.metrics import step_rows
 from rlvr.runs.outputs import check_folder_target
 from rlvr.runs.tracking import check_trackers
 
 Rows = Iterable[Mapping[str, Any]]
+Rewards = Mapping[str, Callable] | Sequence[Callable] | Callable
 
 
 @dataclass(frozen=True)
@@ -53,12 +55,22 @@ class TrainResult:
         return [row for _, row in step_rows(self.metrics_path)]
 
     def samples(self, step: int | None = None) -> list[dict]:
-        """The records of ``samples.jsonl`` (of ``step`` only, when given)."""
+        """The records of ``samples.jsonl`` (of ``step`` only, when given): those of every
+        ``trainer.samples_every``-th step and of the last. ``RlvrError`` when there are none to
+        give, saying why, rather than an empty list that reads as "the model wrote nothing"."""
         from rlvr.runs.samples import read_samples
 
         path = self.output_dir / "samples.jsonl"
         records = read_samples(path) if path.exists() else []
-        return [r for r in records if step is None or r["step"] == step]
+        if not records:
+            raise RlvrError(f"{self.output_dir} holds no samples: the run wrote none (trainer.samples_every: 0), "
+                            "or it stopped before its first")
+        chosen = [r for r in records if step is None or r["step"] == step]
+        if not chosen:
+            steps = sorted({r["step"] for r in records})
+            raise RlvrError(f"no samples of step {step} in {self.output_dir}: it has the samples of steps "
+                            f"{', '.join(map(str, steps))} (every trainer.samples_every steps, and the last)")
+        return chosen
 
 
 @dataclass(frozen=True)
@@ -78,52 +90,32 @@ class EvalResult:
 
 
 def train(recipe: str | Path | Mapping[str, Any], *, overrides: Mapping[str, Any] | Iterable[str] | None = None,
-          rewards: Mapping[str, Callable] | None = None, tasks: Mapping[str, Any] | None = None,
-          output_dir: str | Path | None = None, profile: str | None = None, resume: bool = False,
-          verbose: bool = False) -> TrainResult:
+          rewards: Rewards | None = None, reward_weights: Sequence[float] | None = None,
+          tasks: Mapping[str, Any] | None = None, output_dir: str | Path | None = None, profile: str | None = None,
+          resume: bool = False, verbose: bool = False) -> TrainResult:
     """Train as ``rlvr train`` does (one process; for several ranks use the CLI's launchers)."""
     from rlvr.training.engine import train as run_training
 
-    rec, registry = prepare(recipe, overrides, rewards, tasks, profile)
+    rec, registry = prepare(recipe, overrides, rewards, tasks, profile, weights=reward_weights)
+    check_rows(rec, registry, training_parts(rec))  # every row it will read, before any model loads
     out = Path(output_dir) if output_dir is not None else Path("runs") / rec.name
     check_folder_target(out, "output_dir", private=True)
-    with _process_env():
-        summary = run_training(rec, registry, out, resume=resume, verbose=verbose)
+    summary = run_training(rec, registry, out, resume=resume, verbose=verbose)
     return TrainResult(out, summary)
 
 
-DISTRIBUTED_ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")
-
-    check_rows(rec, registry, training_parts(rec))  # every row it will read, before any model loads
-
-@contextmanager
-def _process_env():
-    """A run in this process sets up a world of one (``RANK``, ``MASTER_PORT``, ... in
-    ``os.environ``): put them back as they were, so that a second run, or a child process, does
-    not find the first one's port."""
-    saved = {key: os.environ.get(key) for key in DISTRIBUTED_ENV}
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-    check_rows(rec, registry, ("eval",))
 def evaluate(recipe: str | Path | Mapping[str, Any], model: str | Path | None = None, *,
-             overrides: Mapping[str, Any] | Iterable[str] | None = None, rewards: Mapping[str, Callable] | None = None,
-             tasks: Mapping[str, Any] | None = None, output_dir: str | Path | None = None,
-             profile: str | None = None, verbose: bool = False) -> EvalResult:
+             overrides: Mapping[str, Any] | Iterable[str] | None = None, rewards: Rewards | None = None,
+             reward_weights: Sequence[float] | None = None, tasks: Mapping[str, Any] | None = None,
+             output_dir: str | Path | None = None, profile: str | None = None, verbose: bool = False) -> EvalResult:
     """Evaluate as ``rlvr eval`` does: ``model`` (a folder, hub id or alias; default the
     recipe's) on the recipe's eval split; library output goes to ``OUTPUT_DIR/eval.log``."""
     from rlvr.evaluation.evaluate import evaluate as run_evaluation
     from rlvr.runs.logs import RunOutput
 
     extra = {"model.name": str(model)} if model is not None else {}
-    rec, registry = prepare(recipe, overrides, rewards, tasks, profile, extra)
+    rec, registry = prepare(recipe, overrides, rewards, tasks, profile, extra, weights=reward_weights)
+    check_rows(rec, registry, ("eval",))
     out = Path(output_dir) if output_dir is not None else Path("runs") / f"eval-{rec.name}"
     check_folder_target(out, "output_dir", private=True)
     with RunOutput(out, rank=0, verbose=verbose, total_steps=0, name="eval", announce=False):
@@ -131,21 +123,22 @@ def evaluate(recipe: str | Path | Mapping[str, Any], model: str | Path | None = 
     return EvalResult(out, report)
 
 
-def prepare(recipe, overrides, rewards, tasks, profile, extra: Mapping[str, Any] | None = None
-            ) -> tuple[Recipe, Registry]:
-    """The recipe, loaded and resolved against the installed plugins plus ``rewards`` and
-    ``tasks``, its model name checked: everything but loading the model."""
+def prepare(recipe, overrides, rewards, tasks, profile, extra: Mapping[str, Any] | None = None, *,
+            weights: Sequence[float] | None = None) -> tuple[Recipe, Registry]:
+    """The recipe, loaded and resolved against the installed plugins plus ``rewards`` (weighted
+    by ``weights``, in order) and ``tasks``, its model name checked: everything but loading the model."""
     registry = load_registry()
-    for name, fn in (rewards or {}).items():
+    rewards = named_rewards(rewards)
+    for name, fn in rewards.items():
         _new_name(registry.rewards, name, "reward")
         registry.rewards[name] = make_reward_spec(name, fn, plugin="python", version="")
     for name, rows in (tasks or {}).items():
         _new_name(registry.tasks, name, "task")
         registry.tasks[name] = task_from_rows(name, rows)
     strings, settings = _overrides(overrides)
-    settings += list((extra or {}).items())
+    settings = [*_weight_settings(list(rewards), weights), *settings, *(extra or {}).items()]
     # callables the recipe does not list count with weight 1.0
-    rec = load_recipe(recipe, strings, profile, settings, defaults=[(f"rewards.{n}", 1.0) for n in rewards or {}])
+    rec = load_recipe(recipe, strings, profile, settings, defaults=[(f"rewards.{n}", 1.0) for n in rewards])
     if not isinstance(recipe, Mapping):  # its module:function rewards may come from its folder
         registry.use_recipe(recipe)
     resolve(rec, registry)
@@ -171,6 +164,45 @@ def task_from_rows(name: str, rows: Any) -> TaskSpec:
     if not isinstance(sample, Mapping):
         raise RlvrError(f"task {name!r}: no rows, or rows that are not mappings of column to value")
     return TaskSpec(name, load, f"rows given to rlvr.train/evaluate as {name!r}", "python", "", tuple(sample), splits)
+
+
+def named_rewards(rewards: Rewards | None) -> dict[str, Callable]:
+    """``rewards`` as a mapping of names to callables: a mapping as given; TRL's list of callables
+    (or one callable) named by each one's ``__name__``, as TRL names their columns. A lambda or
+    two functions of one name cannot be told apart in the logs: ``RlvrError``, asking for a mapping."""
+    if rewards is None:
+        return {}
+    if isinstance(rewards, Mapping):
+        return dict(rewards)
+    if callable(rewards):
+        rewards = [rewards]
+    if isinstance(rewards, (str, bytes)) or not isinstance(rewards, Iterable):
+        raise RlvrError(f"rewards: a list of reward functions or a mapping {{name: function}}, not {type(rewards).__name__}")
+    named: dict[str, Callable] = {}
+    for i, fn in enumerate(rewards):
+        name = getattr(fn, "__name__", None)
+        if not callable(fn):
+            raise RlvrError(f"rewards[{i}]: {fn!r} is not a function; a reward the recipe names goes in its rewards section")
+        if not isinstance(name, str) or name == "<lambda>":
+            raise RlvrError(f"rewards[{i}]: {'a lambda' if name else repr(fn)} has no name to log its scores under: "
+                            "pass rewards={'a_name': fn, ...}")
+        if name in named:
+            raise RlvrError(f"rewards: two functions named {name!r}: pass rewards={{'a_name': fn, ...}} to name them apart")
+        named[name] = fn
+    return named
+
+
+def _weight_settings(names: list[str], weights: Sequence[float] | None) -> list[tuple[str, Any]]:
+    """``reward_weights`` as settings of each reward's weight, in the order the rewards were given."""
+    if weights is None:
+        return []
+    if isinstance(weights, (str, bytes, Mapping)) or not isinstance(weights, Iterable):
+        raise RlvrError("reward_weights: a list of numbers, one for each reward in rewards, in order")
+    weights = list(weights)
+    if len(weights) != len(names):
+        raise RlvrError(f"reward_weights: {len(weights)} weights for {len(names)} rewards "
+                        f"({', '.join(names) or 'none given'}); give one weight each, in order")
+    return [(f"rewards.{name}.weight", weight) for name, weight in zip(names, weights)]
 
 
 def _new_name(table: Mapping[str, Any], name: str, kind: str) -> None:
