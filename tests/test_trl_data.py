@@ -108,6 +108,14 @@ def test_shots_go_after_the_conversations_system_turn_and_an_assistant_turn_is_c
     assert text.endswith("<|im_start|>assistant\nThe answer is")  # continued, as TRL does, no new turn
 
 
+def test_a_conversation_whose_question_is_a_shot_is_left_out():
+    from rlvr.sampling.prompts import drop_shot_rows
+
+    cfg = PromptConfig(shots=[{"user": TRL_ROWS[1]["prompt"][1]["content"], "assistant": TRL_ROWS[1]["solution"]}])
+    rows, places = drop_shot_rows(cfg, TRL_ROWS[:3], [0, 1, 2])
+    assert places == [0, 2] and rows == [TRL_ROWS[0], TRL_ROWS[2]]
+
+
 @pytest.mark.parametrize("prompt, rows, message", [
     ({"template": "Solve: {{prompt}}"}, TRL_ROWS,
      "row 1: prompt field {{prompt}}: column 'prompt' holds chat messages, which a template shows only as the whole"),
@@ -190,3 +198,35 @@ def test_trl_s_answer_columns_are_not_prompts(column):
         check_prompt_row(PromptConfig(template=f"{{{{{column}}}}}"), row)
     row[column] = row[column][:1]  # the turns before the answer are a prompt, whatever the column
     assert prompt_messages(PromptConfig(template=f"{{{{{column}}}}}"), row) == row[column]
+
+
+@pytest.mark.slow  # two `rlvr` processes
+def test_rlvr_validate_data_reads_a_trl_dataset_and_refuses_a_repr_in_one_line(tmp_path, rlvr_cmd):
+    from conftest import one_line_error
+
+    trl_recipe(tmp_path, TRL_ROWS)
+    out = rlvr_cmd("validate", "--data", tmp_path / "r.yaml")
+    assert out.returncode == 0 and "train: " in out.stdout and "ok (dataset" in out.stdout, out.stdout + out.stderr
+    trl_recipe(tmp_path, TRL_ROWS, {"template": "Solve: {{prompt}}"})
+    one_line_error(rlvr_cmd("validate", "--data", tmp_path / "r.yaml"),
+                   "prompt field {{prompt}}: column 'prompt' holds chat messages")
+
+
+@pytest.mark.slow  # trains a tiny model for two steps
+def test_training_on_a_trl_dataset_shows_the_turns_and_gives_trl_rewards_messages(tmp_path, tiny_model):
+    import rlvr
+
+    seen = []
+
+    def exact(prompts, completions, **kwargs):  # as written for TRL
+        seen.extend(prompts)
+        return [float(c[0]["content"].strip() == s) for c, s in zip(completions, kwargs["solution"])]
+
+    recipe = {"name": "trl", "task": {"name": "sums", "options": {}}, "rewards": {"exact": 1.0},
+              "model": {"name": str(tiny_model)}, "sampling": {"backend": "hf", "max_tokens": 4, "num_generations": 2},
+              "trainer": {"steps": 2, "rollout_batch_size": 4, "micro_batch_size": 4, "samples_every": 1}}
+    result = rlvr.train(recipe, rewards={"exact": exact}, tasks={"sums": TRL_ROWS}, output_dir=tmp_path / "run")
+    assert seen and all(p[0] == {"role": "system", "content": "Reply with a number."} and p[1]["role"] == "user"
+                        for p in seen)
+    shown = result.samples(1)[0]["prompt"]
+    assert "<|im_start|>user\nWhat is" in shown and "{'role'" not in shown
