@@ -18,7 +18,7 @@ TINY = """
 name: stops
 task: {{name: arithmetic, options: {{size: 64}}}}
 prompt: {{template: "{{{{question}}}}"}}
-rewards: {{format: 1.0}}
+rewards: {{"{reward}": 1.0}}
 model: {{name: {model}}}
 sampling: {{backend: hf, num_generations: 4, max_tokens: 8, dtype: float32}}
 trainer: {{steps: 4, rollout_batch_size: 8, micro_batch_size: 4, lr: 1.0e-3, save_every: 8, keep_last: 1}}
@@ -84,6 +84,32 @@ def test_every_file_the_engine_names_is_a_run_output():
         re.sub(r"\{[^}]*\}", "0", n) for n in written}
 
 
+def current_umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+@pytest.mark.parametrize("saved, expected", [("bfloat16", "bfloat16"), ("float16", "float16"), (None, "float32")])
+def test_final_dtype_model_is_the_base_models_own(tmp_path, saved, expected):
+    from rlvr.training.checkpoint import final_dtype
+
+    config = {"model_type": "llama", "vocab_size": 8, "hidden_size": 8, "num_hidden_layers": 1,
+              "num_attention_heads": 1, **({"dtype": saved} if saved else {})}
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    assert final_dtype("model", str(tmp_path)) == expected
+    assert final_dtype("float32", str(tmp_path)) == "float32"
+
+
+def test_a_finished_run_without_checkpoints_is_not_offered_to_resume(tmp_path):
+    (tmp_path / "final").mkdir()
+    (tmp_path / "final" / "config.json").write_text("{}")
+    (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
+    for resume in (False, True):
+        with pytest.raises(RlvrError, match="holds a finished run whose checkpoints were not kept .* --model "):
+            check_output_dir(tmp_path, resume=resume)
+
+
 @pytest.fixture
 def fake_model(tmp_path):
     """A folder that passes the model-name check: `rlvr train` must refuse before loading it."""
@@ -98,7 +124,7 @@ def test_train_refuses_an_interrupted_runs_folder_in_one_line(tmp_path, fake_mod
     """Ctrl-C before the first checkpoint left metrics: the same command (with or without
     --resume) is refused before any model loads, instead of logging steps 1, 2, 1, 2, 3."""
     recipe = tmp_path / "r.yaml"
-    recipe.write_text(TINY.format(model=fake_model))
+    recipe.write_text(TINY.format(model=fake_model, reward="format"))
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").write_text('{"step": 1}\n{"step": 2}\n')
@@ -217,7 +243,17 @@ def test_an_ignored_signal_stays_ignored_and_other_threads_change_nothing(tmp_pa
     assert seen == [signal.getsignal(signal.SIGINT)]
 
 
-def start_training(tmp_path, tiny_model, *args):
+# A reward that takes seconds: a step lasts long enough for a second Ctrl-C to land inside it.
+SLOW_REWARD = """
+import time
+
+def slow(prompts, completions, completion_ids):
+    time.sleep(3)
+    return [float(len(ids) % 2) for ids in completion_ids]
+"""
+
+
+def start_training(tmp_path, tiny_model, *args, reward="format"):
     """`rlvr train` in the background with SIGINT as a terminal gives it (a suite started in the
     background runs with SIGINT ignored, which children inherit)."""
     import signal
@@ -226,7 +262,8 @@ def start_training(tmp_path, tiny_model, *args):
     from conftest import RLVR
 
     recipe = tmp_path / "stops.yaml"
-    recipe.write_text(TINY.format(model=tiny_model))
+    recipe.write_text(TINY.format(model=tiny_model, reward=reward))
+    (tmp_path / "slow_reward.py").write_text(SLOW_REWARD)
     env = {**os.environ, "RLVR_LOAD_PLUGINS": "tasks,format"}
     return subprocess.Popen([RLVR, "train", recipe, "--output-dir", tmp_path / "run", *args], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -244,6 +281,7 @@ def test_ctrl_c_saves_a_checkpoint_that_resume_continues_from(tmp_path, tiny_mod
     own) stops after the step in progress with a checkpoint and says so; --resume then logs
     steps 1..4 exactly once. A second Ctrl-C stops at once and says what --resume has."""
     import signal
+    import time
 
     from conftest import wait_until
 
@@ -264,26 +302,31 @@ def test_ctrl_c_saves_a_checkpoint_that_resume_continues_from(tmp_path, tiny_mod
     assert "Traceback" not in stderr
     assert not (run / "final").exists()
 
-    proc = start_training(tmp_path, tiny_model, "--resume")
+    # the disk settings change nothing the steps compute, so the resumed run tries them
+    proc = start_training(tmp_path, tiny_model, "--resume", "--set", "trainer.final_checkpoint=none",
+                          "--set", "trainer.final_dtype=bfloat16")
     _, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 0, stderr[-3000:]
     assert steps_logged(run) == [1, 2, 3, 4]
+    assert not (run / "checkpoints").exists() and "removed" in (run / "train.log").read_text()
+    assert json.loads((run / "final" / "config.json").read_text())["dtype"] == "bfloat16"
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (run / "final").iterdir()} == {0o666 & ~current_umask()}
+    with pytest.raises(RlvrError, match="holds a finished run whose checkpoints were not kept"):
+        check_output_dir(run, resume=False)
 
     import shutil
 
     shutil.rmtree(run)
-    proc = start_training(tmp_path, tiny_model)
+    proc = start_training(tmp_path, tiny_model, reward="slow_reward:slow")
     assert wait_until(lambda: steps_logged(run) or proc.poll() is not None, timeout_s=600)
+    time.sleep(0.5)  # past step 1's end: inside step 2, which scores for 3 s
     proc.send_signal(signal.SIGINT)
     assert wait_until(lambda: proc.poll() is not None or "stopping after this step" in
                       (run / "train.log").read_text(), timeout_s=120)
     proc.send_signal(signal.SIGINT)
     _, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 130, stderr[-3000:]
-    last = stderr.strip().splitlines()[-1]
-    if (run / "checkpoints" / "latest").exists():  # the step ended before the second Ctrl-C came
-        tag = (run / "checkpoints" / "latest").read_text()
-        assert last.endswith(f"--resume continues from {run / 'checkpoints' / tag}"), last
-    else:
-        assert last == ("rlvr: interrupted: stopped at once (SIGINT): there is no checkpoint yet, so --resume "
-                        "cannot continue this run (the steps logged were not saved)"), stderr[-3000:]
+    assert stderr.strip().splitlines()[-1] == (
+        "rlvr: interrupted: stopped at once (SIGINT): there is no checkpoint yet, so --resume cannot continue "
+        "this run (the steps logged were not saved)"), stderr[-3000:]
+    assert steps_logged(run) == [1] and not (run / "checkpoints" / "latest").exists()

@@ -337,6 +337,13 @@ class TrainerConfig(Strict):
     seed: int = 0
     save_every: int = Field(default=50, ge=1)
     keep_last: int = Field(default=2, ge=1)
+    # What a finished run keeps of its checkpoints once final/ is written: full (the last one,
+    # weights and optimizer: `--resume --max-steps N` trains on exactly) or none (checkpoints/
+    # removed; train further from final/ with --model in a new folder).
+    final_checkpoint: Literal["full", "none"] = "full"
+    # The dtype of final/'s weights: model = the base model's own (its config's dtype), whatever
+    # dtype the trainer held them in (float32 master weights on CPU); or the one named here.
+    final_dtype: Literal["model", "float32", "bfloat16", "float16"] = "model"
     eval_every: int | None = Field(default=None, ge=1)
     eval_at_start: bool = False  # held-out accuracy before training (written to eval.jsonl)
     eval_at_end: bool = False

@@ -42,8 +42,12 @@ def check_output_dir(output_dir: Path, resume: bool) -> None:
     if checkpoint and not resume:
         raise RlvrError(f"{output_dir} already holds a run: pass --resume to continue it, "
                         "or choose another --output-dir")
+    where = "--resume: " if resume else ""
+    if found and not checkpoint and (output_dir / "final" / "config.json").is_file():
+        raise RlvrError(f"{where}{output_dir} holds a finished run whose checkpoints were not kept "
+                        f"(trainer.final_checkpoint: none): choose another --output-dir; to train its model "
+                        f"further, start from it with --model {output_dir / 'final'}")
     if found and not checkpoint:
-        where = "--resume: " if resume else ""
         raise RlvrError(f"{where}{output_dir} holds the output of a run ({', '.join(found[:4])}) that has no "
                         "checkpoint to resume: the steps it logged were not saved; choose another --output-dir, "
                         "or remove that run's files first")
@@ -311,6 +315,19 @@ def weights_only_loads(engine):
         yield
     finally:
         engine.checkpoint_engine = inner
+
+
+def drop_checkpoints(ckpt_dir: Path) -> None:
+    """``trainer.final_checkpoint: none``: a finished run's checkpoints go once ``final/`` is
+    written; failing to remove them does not fail the run."""
+    import logging
+
+    try:
+        shutil.rmtree(ckpt_dir)
+    except OSError as exc:
+        logging.getLogger("rlvr.training").warning(f"could not remove {ckpt_dir}: {exc.strerror}")
+        return
+    logging.getLogger("rlvr.training").info(f"removed {ckpt_dir} (trainer.final_checkpoint: none)")
 
 
 FINAL_DTYPES = ("float32", "bfloat16", "float16")

@@ -53,8 +53,8 @@ from rlvr.sampling.episodes import episode_runner
 from rlvr.sampling.prompts import PromptSet, load_prompt_set
 from rlvr.sampling.samplers import context_length, make_sampler, model_max_len, require_vllm, sampler_dtype
 from rlvr.sampling.server import connect_samplers, run_evaluates, run_lengths
-from rlvr.training.checkpoint import (TrainState, check_output_dir, load_checkpoint, save_checkpoint, save_final,
-                                     stop_requests, write_json_atomic)
+from rlvr.training.checkpoint import (TrainState, check_output_dir, drop_checkpoints, final_dtype, load_checkpoint,
+                                     save_checkpoint, save_final, stop_requests, write_json_atomic)
 from rlvr.training.learner import Learner, is_correction_mode
 from rlvr.training.policy import bf16_hardware, build_policy, cpu_autocast, lr_multiplier, sync_weights, trainer_dtype
 from rlvr.training.pool import prompt_source
@@ -283,10 +283,13 @@ def _train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool, v
 
         if t.eval_at_end:
             summary["eval_after"] = evaluate("after", state.step)
-        save_final(backend.engine, tokenizer, output_dir / "final", rank=rank, zero3=zero3, lora=lora)
+        save_final(backend.engine, tokenizer, output_dir / "final", rank=rank, zero3=zero3, lora=lora,
+                   dtype=final_dtype(t.final_dtype, model_path))
         if rank == 0:
             _write_summary(summary, output_dir)
         dist.barrier()
+        if rank == 0 and t.final_checkpoint == "none":
+            drop_checkpoints(ckpt_dir)
         return summary
 
 
