@@ -190,3 +190,20 @@ def test_good_rows_pass_every_check_and_a_limit_reads_no_further(tmp_path):
     assert check_rows(rec, registry, ("train",)) == ["train: 100 rows of task 'dataset' read"]
     with pytest.raises(RlvrError, match="line 151: no column 'answer'"):
         check_rows(rec, registry, ("train",), every=True)
+
+
+def test_a_column_of_chat_messages_passes_and_a_bad_message_is_named_by_its_line(tmp_path):
+    """TRL's conversational rows (a `prompt` column of messages) are checked as the prompt renders
+    them (rlvr.recipe.template.check_prompt_row): good ones pass, a bad one is named by its line."""
+    rows = [{"prompt": [{"role": "user", "content": r["question"]}], "answer": r["answer"]} for r in ROWS]
+    bad = {"prompt": [{"role": "human", "content": "What is 2 * 2?"}], "answer": "4"}
+    recipe = {"name": "chat", "task": {"name": "dataset", "options": {"path": str(tmp_path / "rows.jsonl"),
+                                                                      "columns": ["prompt", "answer"]}},
+              "prompt": {"template": "{{prompt}}"}, "rewards": {"math": 1.0}}
+    write_rows(tmp_path / "rows.jsonl", rows)
+    (tmp_path / "r.yaml").write_text(json.dumps(recipe))
+    out = rlvr_cli("validate", "--data", tmp_path / "r.yaml")
+    assert out.exit_code == 0, out.output
+    write_rows(tmp_path / "rows.jsonl", rows[:30] + [bad] + rows[30:])
+    one_line(rlvr_cli("validate", "--data", tmp_path / "r.yaml"),
+             "rows.jsonl line 31: column 'prompt' message 1 has role 'human', not one of")
