@@ -22,7 +22,7 @@ from rlvr.host.registry import Registry, RewardSpec, did_you_mean
 from rlvr.kit.data import data_dir
 from rlvr.recipe.pool_file import check_pool_file
 from rlvr.recipe.spec import PromptConfig, Recipe, RewardEntry, TaskRef, template_fields
-from rlvr.recipe.template import check_prompt_row, fields
+from rlvr.recipe.template import fields
 
 
 def resolve(recipe: Recipe, registry: Registry, import_code: bool = True) -> None:
