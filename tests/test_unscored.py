@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import subprocess
+import sys
 import textwrap
 from types import SimpleNamespace
 
@@ -109,6 +110,14 @@ def judge_down(prompts, completions, completion_ids):
     """A shaping term whose service is down: it raises on every call."""
     raise ConnectionError("the judge is down")
 
+def down_on_rank1(prompts, completions, completion_ids):
+    """Raises on the second rank of a torchrun launch only."""
+    import os
+
+    if os.environ.get("RANK") == "1":
+        raise ConnectionError("the judge is down on rank 1")
+    return [0.0] * len(completions)
+
 def odd_only(prompts, completions, completion_ids):
     """Scores every other record."""
     return [1.0 if i % 2 else None for i in range(len(completions))]
@@ -118,6 +127,7 @@ def rlvr_register_rewards(register):
     register("even_tokens", even_tokens)
     register("judge_down", judge_down)
     register("odd_only", odd_only)
+    register("down_on_rank1", down_on_rank1)
 '''
 
 
@@ -192,3 +202,56 @@ def test_a_failing_shaping_reward_stops_the_run_or_is_skipped(tmp_path, tiny_mod
     said = [line for line in skipped.stderr.splitlines() if "could not score" in line]
     assert said == [f"step {s}: reward 'judge_down' could not score 8 of 8 samples (ConnectionError: the judge is "
                     "down)" for s in (1, 2)]
+
+
+def train_two_ranks(recipe, out, env, port: int, *sets: str) -> subprocess.CompletedProcess:
+    env = {**env, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
+           "-m", "rlvr.cli", "train", str(recipe), "--output-dir", str(out)] + [a for kv in sets for a in ("--set", kv)]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_ranks_decide_together_from_the_reduced_counts(tmp_path, tiny_model, plugin_env):
+    """The ranks stop at the same step when none scored anything; a rank that scored nothing while
+    another did is no reason to stop (it would leave the other waiting in a collective)."""
+    recipe = tmp_path / "tiny.yaml"
+    recipe.write_text(RECIPE.format(model=tiny_model).replace("micro_batch_size: 8", "micro_batch_size: 4"))
+    stopped = train_two_ranks(recipe, tmp_path / "stopped", plugin_env, 29531)
+    assert stopped.returncode != 0  # torchrun ends the other rank once one has exited
+    assert "rlvr: error: no sample could be scored in 2 consecutive steps" in stopped.stderr, stopped.stderr[-4000:]
+    rows = [json.loads(line) for line in (tmp_path / "stopped" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["unscorable"]) for r in rows] == [(1, 8), (2, 8)]
+
+    recipe.write_text(recipe.read_text().replace("judge_down: 0.1", "down_on_rank1: 0.1"))
+    one = train_two_ranks(recipe, tmp_path / "one", plugin_env, 29532, "trainer.steps=3")
+    assert one.returncode == 0, one.stderr[-4000:]
+    rows = [json.loads(line) for line in (tmp_path / "one" / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["step"], r["unscorable"]) for r in rows] == [(1, 4), (2, 4), (3, 4)]  # rank 1's 4 of 8
+
+
+REDUCE = '''
+import json, sys, torch.distributed as dist
+from rlvr.runs.metrics import reduce_sums
+rank = int(sys.argv[1])
+dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[2], rank=rank, world_size=2)
+same = reduce_sums({"a": 1.0 + rank, "len_max": 3.0 * rank})
+# rank 1 trained nothing: the figures of the micro-batches it did not run are missing there
+mine = {"a": 1.0, "is_tokens": 5.0, "is_weight_max": 1.5} if rank == 0 else {"a": 2.0, "env/x": 4.0}
+print(json.dumps([same, reduce_sums(mine)]))
+dist.destroy_process_group()
+'''
+
+
+@pytest.mark.slow
+def test_reduce_sums_matches_names_when_a_rank_lacks_some(tmp_path):
+    """A rank that had nothing to train lacks its importance-sampling sums: the reduction must not
+    abort (gloo: "Received data size doesn't match expected size"), and every rank gets the same."""
+    script = tmp_path / "reduce.py"
+    script.write_text(REDUCE)
+    ranks = [subprocess.Popen([sys.executable, str(script), str(rank), "29533"], stdout=subprocess.PIPE, text=True)
+             for rank in (0, 1)]
+    outs = [json.loads(p.communicate(timeout=120)[0]) for p in ranks]
+    assert [p.returncode for p in ranks] == [0, 0]
+    assert outs[0] == outs[1] == [{"a": 3.0, "len_max": 3.0},
+                                  {"a": 3.0, "env/x": 4.0, "is_tokens": 5.0, "is_weight_max": 1.5}]

@@ -38,8 +38,11 @@ def reduce_sums(stats: Mapping[str, float]) -> dict[str, float]:
     """Each named value combined over ranks as :func:`add_sums` combines it (summed, or the
     largest for ``*_max`` names).
 
-    Every rank must pass the same names: a checksum of them travels with the values and a
-    mismatch raises instead of adding unrelated numbers together.
+    Values are matched by name, never by position. A rank may lack names another has (an
+    environment's own ``env/`` metrics, the importance-sampling figures of micro-batches it did
+    not run because it had nothing to train): there each counts as nothing (0, or -inf for a
+    maximum). A checksum of the names, reduced first, finds that case; only then are the names
+    gathered.
     """
     import torch.distributed as dist
 
@@ -47,24 +50,25 @@ def reduce_sums(stats: Mapping[str, float]) -> dict[str, float]:
         return dict(stats)
     import torch
 
-    if "episodes" in stats:  # environments report metrics of their own: the union of every rank's names
-        names: list = [None] * dist.get_world_size()
-        dist.all_gather_object(names, sorted(n for n in stats if n.startswith("env/")))
-        stats = {**dict.fromkeys((n for ns in names for n in ns), 0.0), **stats}
-
-    maxima = {n for n in stats if is_maximum(n)}
     names = sorted(stats)
     check = float(zlib.crc32("\0".join(names).encode()))
-    summed = torch.tensor([check] + [0.0 if n in maxima else float(stats[n]) for n in names], dtype=torch.float64)
+    spread = torch.tensor([check, -check], dtype=torch.float64)
+    dist.all_reduce(spread, op=dist.ReduceOp.MAX)  # the largest checksum and minus the smallest
+    if spread[0].item() != -spread[1].item():  # the ranks hold different names: take their union
+        gathered: list = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, names)
+        names = sorted({n for ns in gathered for n in ns})
+        stats = {n: stats.get(n, -math.inf if is_maximum(n) else 0.0) for n in names}
+    maxima = [n for n in names if is_maximum(n)]
+    plain = [n for n in names if not is_maximum(n)]
+    summed = torch.tensor([float(stats[n]) for n in plain], dtype=torch.float64)
     dist.all_reduce(summed)
-    if summed[0].item() != check * dist.get_world_size():
-        raise RuntimeError(f"ranks reduced different metric names (this rank: {names})")
-    out = dict(zip(names, summed[1:].tolist()))
+    out = dict(zip(plain, summed.tolist()))
     if maxima:
-        largest = torch.tensor([float(stats[n]) for n in sorted(maxima)], dtype=torch.float64)
+        largest = torch.tensor([float(stats[n]) for n in maxima], dtype=torch.float64)
         dist.all_reduce(largest, op=dist.ReduceOp.MAX)
-        out.update(zip(sorted(maxima), largest.tolist()))
-    return out
+        out.update(zip(maxima, largest.tolist()))
+    return {n: out[n] for n in names}
 
 
 def rollout_sums(rollout, task: tuple[str, float] | None = None) -> dict[str, float]:
