@@ -116,9 +116,9 @@ class RewardBatch:
             for value, info in zip(self.values[name], self.infos[name]):
                 if value is None:
                     out.counts[name] += 1
-                    why = info.get("error") or info.get("why")  # a Score's own reason, when it gave one
-                    out.reasons.setdefault(name, f"returned None: {why}" if why and not info.get("error") else
-                                           str(why or "returned None"))
+                    error, why = info.get("error"), info.get("why")  # why: a Score(None, ...)'s own reason
+                    out.reasons.setdefault(name, str(error) if error else f"returned None: {why}" if why else
+                                           "returned None")
         return out
 
 
