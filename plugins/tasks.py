@@ -14,7 +14,7 @@ from typing import Callable, Iterator, TypeVar
 from rlvr import RlvrError, hookimpl
 from rlvr.kit import hub_rows, in_test_split, local_or_hub
 from rlvr.kit.boxed import last_boxed
-from rlvr.kit.data import SourcedRow, parse_json, sourced_jsonl
+from rlvr.kit.data import SourcedRow, parse_json, placed, sourced_jsonl
 
 T = TypeVar("T")
 
@@ -22,7 +22,8 @@ T = TypeVar("T")
 def gsm8k(split: str, *, data_dir: Path) -> Iterator[dict]:
     """GSM8K grade-school math word problems (answer: worked solution ending in '#### N')."""
     for i, row in enumerate(local_or_hub(data_dir / "gsm8k" / f"{split}.jsonl", "openai/gsm8k", split, "main")):
-        yield {"id": f"gsm8k/{split}/{i}", "question": row["question"], "answer": row["answer"]}
+        # a column missing from a local copy is left out, for the row check to name its line
+        yield placed({"id": f"gsm8k/{split}/{i}", **_taken(row, "question", "answer")}, row)
 
 
 def math_task(split: str, *, data_dir: Path) -> Iterator[dict]:
@@ -49,7 +50,12 @@ def humaneval(split: str, *, data_dir: Path) -> Iterator[dict]:
     """HumanEval: 164 Python functions to complete, checked by unit tests (test split only)."""
     local = data_dir / "humaneval" / "HumanEval.jsonl.gz"
     for row in local_or_hub(local, "openai/openai_humaneval", "test"):
-        yield {k: row[k] for k in ("task_id", "prompt", "canonical_solution", "test", "entry_point")}
+        yield placed(_taken(row, "task_id", "prompt", "canonical_solution", "test", "entry_point"), row)
+
+
+def _taken(row, *columns: str) -> dict:
+    """The row's ``columns`` that it has (the row check names the line of one that lacks some)."""
+    return {k: row[k] for k in columns if k in row}
 
 
 def mbpp(split: str, *, data_dir: Path) -> Iterator[dict]:

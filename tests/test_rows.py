@@ -174,7 +174,7 @@ def test_the_place_of_a_row_is_no_column():
     from rlvr.kit import in_test_split
     from rlvr.kit.data import SourcedRow
 
-    row = SourcedRow({"question": "q", "answer": "1"}, "d.jsonl", "line 3")
+    row = SourcedRow({"question": "q", "answer": "1"}, Path("d.jsonl"), "line 3")
     assert json.dumps(row) == json.dumps(dict(row)) and in_test_split(row) == in_test_split(dict(row))
     assert row.copy().source == (Path("d.jsonl"), "line 3") and type(pickle.loads(pickle.dumps(row))) is dict
 
@@ -207,3 +207,18 @@ def test_a_column_of_chat_messages_passes_and_a_bad_message_is_named_by_its_line
     write_rows(tmp_path / "rows.jsonl", rows[:30] + [bad] + rows[30:])
     one_line(rlvr_cli("validate", "--data", tmp_path / "r.yaml"),
              "rows.jsonl line 31: column 'prompt' message 1 has role 'human', not one of")
+
+
+def test_a_built_in_tasks_local_copy_is_named_by_its_line(tmp_path, monkeypatch):
+    """GSM8K read from a local copy (RLVR_DATA_DIR): a row without its answer is named by the
+    copy's file and line, before any model loads (it was a KeyError naming no line)."""
+    copy = tmp_path / "gsm8k"
+    write_rows(copy / "train.jsonl", ROWS[:40] + [BAD] + ROWS[40:])
+    write_rows(copy / "test.jsonl", ROWS[:20])
+    monkeypatch.setenv("RLVR_DATA_DIR", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    recipe = Path(__file__).resolve().parents[1] / "tasks" / "gsm8k.yaml"
+    message = "gsm8k/train.jsonl line 41: no column 'answer' (the reward 'math' needs it)"
+    one_line(rlvr_cli("validate", "--data", recipe), message)
+    one_line(rlvr_cli("train", recipe, "--model", NO_MODEL, "--output-dir", tmp_path / "run"), message)
+    assert not (tmp_path / "run").exists()

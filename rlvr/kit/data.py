@@ -37,6 +37,7 @@ def read_jsonl(path: str | Path) -> Iterator[dict]:
 def sourced_jsonl(path: str | Path) -> Iterator[SourcedRow]:
     """``read_jsonl``'s objects as :class:`SourcedRow`s that know their file and line, for a
     dataset whose rows are checked (``rlvr.recipe.rows``)."""
+    path = Path(path)
     for number, row in numbered_jsonl(path):
         yield SourcedRow(row, path, f"line {number}")
 
@@ -49,15 +50,22 @@ class SourcedRow(dict):
 
     __slots__ = ("source",)
 
-    def __init__(self, columns: Mapping[str, Any], path: str | Path, place: str):
+    def __init__(self, columns: Mapping[str, Any], path: Path, place: str):
         super().__init__(columns)
-        self.source = (Path(path), place)
+        self.source = (path, place)
 
     def copy(self) -> SourcedRow:
         return SourcedRow(self, *self.source)
 
     def __reduce__(self):  # pickled (to a worker process) as the plain dict it stands for
         return dict, (dict(self),)
+
+
+def placed(columns: dict, like: Mapping[str, Any]) -> dict:
+    """``columns`` as a row read where ``like`` was (a :class:`SourcedRow`'s file and line), for
+    a loader that builds its rows from a file's; a plain ``like`` leaves them as they are."""
+    source = getattr(like, "source", None)
+    return columns if source is None else SourcedRow(columns, *source)
 
 
 def numbered_jsonl(path: str | Path) -> Iterator[tuple[int, dict]]:
@@ -111,13 +119,14 @@ def _go_offline() -> None:
 def local_or_hub(
     local: Path, hub_id: str, split: str, config: str | None = None
 ) -> Iterator[dict]:
-    """Rows from ``local`` when it exists, else from the hub (needs network or a warm HF cache).
+    """Rows from ``local`` when it exists (:class:`SourcedRow`s that know their line), else from
+    the hub (needs network or a warm HF cache).
 
     With no route to the hub, the hub's cache is still tried, but without the ~25 s of retries
     the datasets library would spend before giving up.
     """
     if local.exists():
-        yield from read_jsonl(local)
+        yield from sourced_jsonl(local)
         return
     yield from hub_rows(hub_id, split, config, f"no local copy at {local}, and ")
 
