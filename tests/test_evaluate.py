@@ -53,7 +53,7 @@ def test_eval_math500_reports(tmp_path, tiny_model, backend):
     # a quiet console: rlvr's line and the report; every library's output is in eval.log
     terminal = res.stdout + res.stderr
     assert res.stdout.startswith("| model |") and "| pass@1 | pass@2 | maj@2 |" in res.stdout, terminal[-2000:]
-    assert res.stderr.strip().splitlines() == [f"math test: accuracy {report['accuracy']:.3f} on 6 prompts; "
+    assert res.stderr.strip().splitlines() == [f"math test: accuracy {100 * report['accuracy']:.1f}% on 6 prompts; "
                                                f"report in {out}"], res.stderr[-2000:]
     log = (out / "eval.log").read_text()
     assert "math test: accuracy" in log and (backend == "hf" or "vllm" in log.lower())
