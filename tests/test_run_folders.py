@@ -330,3 +330,57 @@ def test_ctrl_c_saves_a_checkpoint_that_resume_continues_from(tmp_path, tiny_mod
         "rlvr: interrupted: stopped at once (SIGINT): there is no checkpoint yet, so --resume cannot continue "
         "this run (the steps logged were not saved)"), stderr[-3000:]
     assert steps_logged(run) == [1] and not (run / "checkpoints" / "latest").exists()
+
+
+def rank_processes(parent: int) -> dict[int, int]:
+    """{rank: pid} of the rlvr processes torchrun ``parent`` started (RANK in their environment)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            if ppid != parent:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                env = dict(item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item)
+        except (OSError, ValueError, IndexError):
+            continue
+        if b"RANK" in env:
+            found[int(env[b"RANK"])] = int(entry)
+    return found
+
+
+@pytest.mark.slow  # two CPU ranks under torchrun
+def test_ranks_agree_to_stop_when_only_one_is_signalled(tmp_path, tiny_model):
+    """SIGINT to rank 1 alone: both ranks stop after the same step and save it together (each
+    its own rank state), where one rank stopping alone would hang the other in a collective."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import wait_until
+
+    recipe = tmp_path / "stops.yaml"
+    recipe.write_text(TINY.format(model=tiny_model, reward="slow_reward:slow"))
+    (tmp_path / "slow_reward.py").write_text(SLOW_REWARD)
+    run = tmp_path / "run"
+    env = {**os.environ, "RLVR_LOAD_PLUGINS": "tasks", "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
+                             "29517", "-m", "rlvr.cli", "train", str(recipe), "--output-dir", str(run)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert wait_until(lambda: steps_logged(run) or proc.poll() is not None, timeout_s=600)
+    time.sleep(0.5)  # inside step 2, which scores for 3 s
+    ranks = rank_processes(proc.pid)
+    assert set(ranks) == {0, 1}, ranks
+    os.kill(ranks[1], signal.SIGINT)
+    _, stderr = proc.communicate(timeout=600)
+    assert proc.returncode != 0
+    assert steps_logged(run) == [1, 2], stderr[-3000:]
+    assert (run / "checkpoints" / "latest").read_text() == "step2"
+    assert {p.name for p in (run / "checkpoints" / "step2").glob("rlvr_rank*.json")} == {"rlvr_rank0.json",
+                                                                                     "rlvr_rank1.json"}
+    assert stderr.count("stopped after step 2 of 4 (SIGINT): the same command with --resume continues from") == 2
