@@ -106,7 +106,7 @@ def test_a_finished_run_without_checkpoints_is_not_offered_to_resume(tmp_path):
     (tmp_path / "final" / "config.json").write_text("{}")
     (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
     for resume in (False, True):
-        with pytest.raises(RlvrError, match="holds a finished run whose checkpoints were not kept .* --model "):
+        with pytest.raises(RlvrError, match="holds a finished run without checkpoints .* --model "):
             check_output_dir(tmp_path, resume=resume)
 
 
@@ -311,7 +311,7 @@ def test_ctrl_c_saves_a_checkpoint_that_resume_continues_from(tmp_path, tiny_mod
     assert not (run / "checkpoints").exists() and "removed" in (run / "train.log").read_text()
     assert json.loads((run / "final" / "config.json").read_text())["dtype"] == "bfloat16"
     assert {stat.S_IMODE(p.stat().st_mode) for p in (run / "final").iterdir()} == {0o666 & ~current_umask()}
-    with pytest.raises(RlvrError, match="holds a finished run whose checkpoints were not kept"):
+    with pytest.raises(RlvrError, match="holds a finished run without checkpoints"):
         check_output_dir(run, resume=False)
 
     import shutil

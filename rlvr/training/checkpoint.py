@@ -44,9 +44,9 @@ def check_output_dir(output_dir: Path, resume: bool) -> None:
                         "or choose another --output-dir")
     where = "--resume: " if resume else ""
     if found and not checkpoint and (output_dir / "final" / "config.json").is_file():
-        raise RlvrError(f"{where}{output_dir} holds a finished run whose checkpoints were not kept "
-                        f"(trainer.final_checkpoint: none): choose another --output-dir; to train its model "
-                        f"further, start from it with --model {output_dir / 'final'}")
+        raise RlvrError(f"{where}{output_dir} holds a finished run without checkpoints (trainer.final_checkpoint: "
+                        f"none removes them): choose another --output-dir; to train its model further, start "
+                        f"from it with --model {output_dir / 'final'}")
     if found and not checkpoint:
         raise RlvrError(f"{where}{output_dir} holds the output of a run ({', '.join(found[:4])}) that has no "
                         "checkpoint to resume: the steps it logged were not saved; choose another --output-dir, "
