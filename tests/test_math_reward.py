@@ -445,7 +445,11 @@ def test_irrational_gold_takes_a_rounding_only_with_approximate_irrational():
     default = mr.math_reward(None, completions, None, answer=golds, timeout=20.0)
     assert [s.value for s in default] == [0.0] * len(golds), [s.info for s in default]
     verdict, info = mr.check_answer(r"\pi", "3.1416")
-    assert verdict is False and info["why"] == "not equal (exact check)"
+    assert verdict is False and info["why"] == ("not equal (exact check): a rounded decimal for an irrational gold, "
+                                                "whose exact form is wanted (approximate_irrational: false)")
+    noted = [s.info["why"].endswith("(approximate_irrational: false)") for s in default]
+    assert noted == [e for _, _, e in IRRATIONAL_ROUNDINGS]  # the roundings the option would take
+    assert mr.check_answer(r"\pi", "3.2")[1]["why"] == "not equal (exact check)"  # 3.2 rounds nothing: no note
     assert mr.check_answer(r"\pi", "3.1416", approximate_irrational=True)[0] is True
 
 

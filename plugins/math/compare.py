@@ -16,6 +16,7 @@ from __future__ import annotations
 import re
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass
 from fractions import Fraction
 
 from rlvr.kit.deadline import SoftTimeout
@@ -24,19 +25,29 @@ from .normalise import _EQ_SEP_RE
 from .parse import _MV, _Parsed
 from .rounding import _MACHINE_FLOAT_DIGITS, _REL_TOL_FLOAT, _numbers_close
 
-# The math reward's ``approximate_irrational`` option, for the sample being checked: may a
-# rounded decimal stand for an irrational gold value (3.1416 for \pi)? Off by default.
-_APPROXIMATE_IRRATIONAL: ContextVar[bool] = ContextVar("approximate_irrational", default=False)
+@dataclass
+class Approximations:
+    """The math reward's ``approximate_irrational`` option for the sample being checked (may a
+    rounded decimal stand for an irrational gold value, 3.1416 for \\pi?), and whether the check
+    refused such a decimal (the sample's ``why`` says so)."""
+
+    allowed: bool = False
+    refused: bool = False
+
+
+_APPROXIMATIONS: ContextVar[Approximations] = ContextVar("approximations", default=Approximations())
 
 
 @contextmanager
 def irrational_approximations(allowed: bool):
-    """Within: a rounded decimal stands for an irrational gold value it rounds iff ``allowed``."""
-    token = _APPROXIMATE_IRRATIONAL.set(bool(allowed))
+    """Within: a rounded decimal stands for an irrational gold value it rounds iff ``allowed``;
+    yields the ``Approximations`` that records a refusal."""
+    state = Approximations(bool(allowed))
+    token = _APPROXIMATIONS.set(state)
     try:
-        yield
+        yield state
     finally:
-        _APPROXIMATE_IRRATIONAL.reset(token)
+        _APPROXIMATIONS.reset(token)
 
 
 _ZERO_PREC_BITS = 10  # evalf returns "0.e-160" (precision ~1 bit) for a zero it cannot prove
@@ -139,9 +150,13 @@ def _approximates_irrational(gold, gold_plain: tuple, pred_plain: tuple) -> bool
     it: the option). A full-precision float (a program's ``print(math.pi)``) is the value itself,
     as math-verify reads it; a decimal gold against an exact prediction keeps the rounding rule."""
     sp = _MV["sympy"]
-    if _APPROXIMATE_IRRATIONAL.get() or gold_plain[1] is not None or pred_plain[1] is None:
+    state = _APPROXIMATIONS.get()
+    if state.allowed or gold_plain[1] is not None or pred_plain[1] is None:
         return False
-    return not isinstance(gold, sp.Rational) and pred_plain[1][1] < _MACHINE_FLOAT_DIGITS
+    refused = (not isinstance(gold, sp.Rational) and pred_plain[1][1] < _MACHINE_FLOAT_DIGITS
+               and _numbers_close(gold_plain, pred_plain))  # else it differs anyway: nothing to note
+    state.refused |= refused
+    return refused
 
 
 _EXACT_DIGITS = 40  # an exact irrational value is compared through this many digits

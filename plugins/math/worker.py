@@ -48,8 +48,16 @@ def check_answer(gold: str, pred: str, approximate_irrational: bool = False) -> 
         _init_worker()
     _, g = _gold_parsed(gold, "raw")
     p = _Parsed(normalize_answer(pred))
-    with irrational_approximations(approximate_irrational):
-        return _verdict(g, p)
+    with irrational_approximations(approximate_irrational) as approximations:
+        return _noted(*_verdict(g, p), approximations)
+
+
+def _noted(verdict: bool | None, info: dict[str, Any], approximations) -> tuple[bool | None, dict[str, Any]]:
+    """The verdict, its ``why`` saying so when a rounded decimal was refused for an irrational gold."""
+    if verdict is False and approximations.refused:
+        info = {**info, "why": f"{info.get('why', 'not equal')}: a rounded decimal for an irrational gold, "
+                               "whose exact form is wanted (approximate_irrational: false)"}
+    return verdict, info
 
 
 def _score_item(item: tuple) -> dict[str, Any]:
@@ -72,8 +80,8 @@ def _score_item(item: tuple) -> dict[str, Any]:
             if len(pred) > max_chars:
                 return {"value": 0.0, "info": {**info, "why": f"answer longer than {max_chars} characters"}}
             p = _Parsed(normalize_answer(pred))
-            with irrational_approximations(approximate):
-                verdict, more = _verdict(g, p)
+            with irrational_approximations(approximate) as approximations:
+                verdict, more = _noted(*_verdict(g, p), approximations)
             return {"value": None if verdict is None else float(verdict), "info": {**info, **more}}
     except SoftTimeout:
         return {"value": 0.0, "info": {**info, "why": f"checking took longer than {soft_seconds:.2f} s"}}
