@@ -182,11 +182,11 @@ def dataset(split: str, *, data_dir: Path, path: Path | None = None, hub: str | 
     """Your own data: a local file (``path``: .jsonl, .json or .parquet) or folder (one such file
     per split, ``<folder>/<split>.jsonl``; a relative path is read from the recipe's folder, as
     every task option annotated ``Path``), or a hub dataset (``hub`` id, ``config``). ``columns``
-    lists the columns the recipe uses (checked before a model loads, on every row by ``rlvr
-    validate --data``); ``rename`` maps a column to the source's name for it (``{question:
-    problem}``); ``splits`` maps a split to the source's name for it. A single file, and a
-    folder without a test file, are split by a hash of each row: one in five is ``test``, the
-    others ``train``."""
+    lists the columns the recipe uses (default: those of the first row; every row is checked
+    for what the prompt and rewards need before a model loads); ``rename`` maps a column to the
+    source's name for it (``{question: problem}``); ``splits`` maps a split to the source's name
+    for it. A single file, and a folder without a test file, are split by a hash of each row: one
+    in five is ``test``, the others ``train``."""
     del data_dir, columns  # the user's own data, as given; columns are the recipe's check
     if (path is None) == (hub is None):
         raise RlvrError("task 'dataset': give one of path (a local file or folder) and hub (a dataset id)")

@@ -76,7 +76,17 @@ def test_validation_before_any_model_loads(tmp_path):
     no_columns = tmp_path / "n.yaml"
     no_columns.write_text(json.dumps({"name": "n", "task": {"name": "dataset", "options": {"path": str(data)}},
                                       "prompt": {"template": "{{problem}}"}, "rewards": {"math": 1.0}}))
-    with pytest.raises(RlvrError, match="task 'dataset' needs its columns listed: task.options.columns"):
+    with pytest.raises(RlvrError, match="reward 'math' needs column 'answer' but task 'dataset' has only: id, "
+                                        "problem, solution"):  # unlisted: the columns of the first row
+        resolve(load_recipe(no_columns), registry)
+    no_columns.write_text(json.dumps({"name": "n", "task": {"name": "dataset", "options": {"path": str(data)}},
+                                      "prompt": {"template": "{{question}}"}, "rewards": {"math": 1.0}}))
+    with pytest.raises(RlvrError, match="prompt uses {{question}} but task 'dataset' has no such column"):
+        resolve(load_recipe(no_columns), registry)
+    empty = write_jsonl(tmp_path / "empty.jsonl", [])
+    no_columns.write_text(json.dumps({"name": "n", "task": {"name": "dataset", "options": {"path": str(empty)}},
+                                      "prompt": {"template": "{{problem}}"}, "rewards": {"math": 1.0}}))
+    with pytest.raises(RlvrError, match="has no rows to read its columns from"):
         resolve(load_recipe(no_columns), registry)
     wrong = recipe(tmp_path, path=str(data), columns=["question", "solution"], rename={"question": "problem"})
     with pytest.raises(RlvrError, match="reward 'math' needs column 'answer'"):

@@ -58,6 +58,19 @@ def task_columns(task, ref: TaskRef) -> tuple[str, ...]:
     return tuple(task.columns) or tuple(ref.options.get("columns") or ())
 
 
+def _first_row_columns(task, ref: TaskRef, split: str, where: str) -> set[str]:
+    """The columns of a generic task's first row, for a recipe that does not list them (a TRL
+    user's own file: its columns are what it holds); every row is checked before a model loads."""
+    try:
+        first = next(task_rows(task, ref, split, data_dir()), None)
+    except RlvrError as exc:
+        raise RlvrError(f"{exc} (its columns are read from its first row; or list them in "
+                        f"{where}task.options.columns)") from None
+    if first is None:
+        raise RlvrError(f"{where}task {task.name!r} split {split!r} has no rows to read its columns from")
+    return set(first)
+
+
 def reward_specs(recipe: Recipe, registry: Registry, imported: bool) -> Iterator[tuple[str, RewardEntry, RewardSpec]]:
     """(name, recipe entry, spec) of the recipe's rewards, but for the references left unimported."""
     for name, entry in recipe.rewards.items():
@@ -69,10 +82,7 @@ def _check_task(registry: Registry, ref: TaskRef, prompt: PromptConfig, splits: 
                 imported: bool, base: Path) -> None:
     task = registry.task(ref.name)
     ref.options = {**ref.options, **_check_task_options(task, ref.options, where, base)}  # 1e3 -> 1000
-    columns = set(task_columns(task, ref))
-    if not columns:
-        raise RlvrError(f"{where}task {task.name!r} needs its columns listed: {where}task.options.columns, e.g. "
-                        f"[question, answer]")
+    columns = set(task_columns(task, ref)) or _first_row_columns(task, ref, splits[0], where)
     for split in splits:
         if task.splits and split not in task.splits:
             raise RlvrError(
