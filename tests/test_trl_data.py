@@ -191,6 +191,55 @@ def test_plain_prompts_reach_a_trl_reward_as_text():
     assert seen == ["What is 1 + 2?"]
 
 
+SCORE_REWARDS = """
+from rlvr import Score
+
+
+def trl_seen(prompts, completions, **kwargs):
+    return [Score(1.0, {"prompt": p, "completion": c}) for p, c in zip(prompts, completions)]
+
+
+def rlvr_seen(prompts, completions, completion_ids):
+    return [Score(1.0, {"prompt": p, "completion": c}) for p, c in zip(prompts, completions)]
+"""
+
+
+def test_rlvr_score_gives_a_records_chat_prompt_as_trl_does(tmp_path, monkeypatch):
+    """A record's prompt of chat messages reaches a TRL-convention reward as messages (and its
+    completion as the assistant's message, as TRL gives a conversational dataset's), an rlvr one
+    as the turns' text; it reached both as its Python repr. A malformed one is one line naming
+    the record's file and line."""
+    import json
+
+    from click.testing import CliRunner
+
+    from rlvr.cli.main import cli
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "score_seen.py").write_text(SCORE_REWARDS)
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": [{"type": "text", "text": "2+2?"}]}]
+    records = [{"prompt": chat, "completion": "4"}, {"prompt": "What is 1 + 1?", "completion": "2"}, {"completion": "x"}]
+    (tmp_path / "in.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+    def seen(reward):
+        out = CliRunner().invoke(cli, ["score", "--reward", f"score_seen:{reward}", "--input", "in.jsonl",
+                                       "--output", "out.jsonl"])
+        assert out.exit_code == 0, out.output
+        return [json.loads(line)["reward_info"] for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+
+    turns = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "2+2?"}]
+    assert seen("trl_seen") == [{"prompt": turns, "completion": [{"role": "assistant", "content": "4"}]},
+                                {"prompt": "What is 1 + 1?", "completion": "2"}, {"prompt": "", "completion": "x"}]
+    assert [info["prompt"] for info in seen("rlvr_seen")] == ["Be brief.\n\n2+2?", "What is 1 + 1?", ""]
+    for bad, problem in (([{"role": "human", "content": "hi"}], "column 'prompt' message 1 has role 'human'"),
+                         ({"role": "user", "content": "hi"}, "'prompt' is a dict, not text or a list of chat")):
+        (tmp_path / "in.jsonl").write_text(json.dumps(records[1]) + "\n\n" + json.dumps({**records[1], "prompt": bad}))
+        out = CliRunner().invoke(cli, ["score", "--reward", "score_seen:trl_seen", "--input", "in.jsonl",
+                                       "--output", "out.jsonl"])
+        lines = out.output.strip().splitlines()
+        assert out.exit_code == 2 and len(lines) == 1 and f"in.jsonl:3: {problem}" in lines[0], out.output
+
+
 @pytest.mark.parametrize("column", ["messages", "completion"])
 def test_trl_s_answer_columns_are_not_prompts(column):
     row = {column: [{"role": "user", "content": "What is 2 + 2?"}, {"role": "assistant", "content": "4"}]}

@@ -173,13 +173,14 @@ def validate(recipes, overrides, profile, data, import_code):
 def score(reward_name, input_path, output_path, options, workers, batch_size):
     """Score completions in a JSONL file with one reward.
 
-    Each input line has ``completion`` plus the columns the reward needs. The output has the
+    Each input line has ``completion`` plus the columns the reward needs, and may have ``prompt``
+    (text, or chat messages as TRL's conversational datasets hold them). The output has the
     same records in the same order, with ``reward`` (null when unscorable) and ``reward_info``.
     What the reward could not score is said in one line at the end; scoring none of the records
     is an error (exit status 2, the output file left as it was).
     """
-    from rlvr.kit import read_jsonl
     from rlvr.kit import completion_text
+    from rlvr.kit.data import numbered_jsonl
     from rlvr.recipe.load import parse_overrides
     from rlvr.rewards.runner import BoundReward, Unscored, score_batch
     from rlvr.runs.outputs import open_output, same_file, signals_remove_temporaries
@@ -208,6 +209,7 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
     # or a signal leaves the old output as it was (rlvr.runs.outputs); a FIFO or device is streamed to.
     with signals_remove_temporaries(), open_output(output_path) as out:
         batch: list[dict] = []
+        prompts: list = []  # each record's prompt as the rewards get it (_record_prompt)
 
         def flush():
             nonlocal scored, stringified
@@ -219,7 +221,7 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
             try:
                 result = score_batch(
                     [reward],
-                    [str(r.get("prompt", "")) for r in batch],
+                    prompts,
                     [completion_text(r["completion"]) for r in batch],
                     [r.get("completion_ids") for r in batch],
                     batch,
@@ -234,8 +236,10 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
                 scored += value is not None
                 stringified += changed
             batch.clear()
+            prompts.clear()
 
-        for row in read_jsonl(input_path):
+        for line, row in numbered_jsonl(input_path):
+            prompts.append(_record_prompt(row.get("prompt"), f"{input_path}:{line}"))
             batch.append(row)
             count += 1
             if len(batch) >= batch_size:
@@ -251,6 +255,25 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
                    "they were written as strings", err=True)
     where = "stdout" if str(output_path) == "-" else output_path
     click.echo(f"scored {scored}/{count} records with {reward_name!r} -> {where}", err=True)
+
+
+def _record_prompt(value, where: str):
+    """A record's ``prompt`` as the rewards get it, as in training: text as it is (none: ""), or
+    TRL's chat messages (checked: ``RlvrError`` naming ``where``, the record's file and line),
+    which a TRL-convention reward gets as messages and an rlvr-convention one as its turns' text,
+    one paragraph each (no tokenizer is at hand to render them through a chat template)."""
+    from rlvr.recipe.template import messages
+    from rlvr.sampling.prompts import Prompt
+
+    if value is None or isinstance(value, str):
+        return value or ""
+    if not isinstance(value, list):
+        raise RlvrError(f"{where}: 'prompt' is a {type(value).__name__}, not text or a list of chat messages")
+    try:
+        turns = messages(value)
+    except RlvrError as exc:
+        raise RlvrError(f"{where}: {exc}") from None
+    return Prompt([], "\n\n".join(turn["content"] for turn in turns), turns)
 
 
 def _json_line(record: dict) -> tuple[str, bool]:

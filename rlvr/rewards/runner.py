@@ -241,12 +241,13 @@ def prompt_text(prompt) -> str:
 def trl_arguments(reward: BoundReward, prompts, completions, completion_ids) -> dict[str, list]:
     """What TRL passes a reward besides the columns, for the ones this reward takes (all with
     ``**kwargs``): ``prompts`` (a prompt's messages when it has them, as TRL gives a conversational
-    dataset's, else its text), ``completions`` (conversational when ``reward.conversational``) and
+    dataset's, else its text), ``completions`` (conversational when ``reward.conversational`` or the
+    prompt is messages, as TRL gives a conversational dataset's: ``rlvr score``'s records) and
     ``completion_ids``."""
-    if reward.conversational:
-        completions = [[{"role": "assistant", "content": text}] for text in completions]
-    prompts = [prompt_text(p) if isinstance(p, str) or p.messages is None else [dict(m) for m in p.messages]
-               for p in prompts]
+    chats = [None if isinstance(p, str) or p.messages is None else [dict(m) for m in p.messages] for p in prompts]
+    completions = [[{"role": "assistant", "content": text}] if reward.conversational or chat is not None else text
+                   for chat, text in zip(chats, completions)]
+    prompts = [prompt_text(p) if chat is None else chat for p, chat in zip(prompts, chats)]
     given = {"prompts": list(prompts), "completions": list(completions), "completion_ids": list(completion_ids)}
     params = inspect.signature(reward.spec.fn).parameters
     return {k: v for k, v in given.items() if reward.spec.accepts_any or k in params}
