@@ -205,3 +205,27 @@ def test_a_refused_or_missing_reference_is_one_line(tmp_path, monkeypatch):
         with pytest.raises(RlvrError, match=message) as err:
             Registry().reward(reference)
         assert "\n" not in str(err.value)
+
+
+def test_trl_rewards_without_trl_say_how_to_install_it(tmp_path, monkeypatch):
+    """A recipe naming trl.rewards without TRL installed is told rlvr's extra for it, in the
+    words a missing tracker is (it said only that no module named 'trl' is installed)."""
+    from rlvr.host import imports
+
+    find_top = imports._find_top
+    monkeypatch.setattr(imports, "_find_top", lambda top: None if top == "trl" else find_top(top))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(RlvrError) as err:
+        Registry().reward("trl.rewards:accuracy_reward")
+    assert str(err.value) == ("reward 'trl.rewards:accuracy_reward': cannot import 'trl.rewards': no module named "
+                              "'trl' is installed: pip install 'rlvr[trl]' (in a checkout of rlvr: pip install -e "
+                              "'.[trl]')")
+
+
+def test_the_extras_named_in_errors_are_rlvrs():
+    import tomllib
+
+    from rlvr.kit.text import EXTRAS
+
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())
+    assert set(EXTRAS) <= set(pyproject["project"]["optional-dependencies"])

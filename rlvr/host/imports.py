@@ -32,6 +32,7 @@ from typing import Any, Callable, Mapping
 from rlvr import RlvrError
 from rlvr.host.options import did_you_mean
 from rlvr.kit import one_line
+from rlvr.kit.text import EXTRAS, install_line
 
 ALLOW_ENV = "RLVR_ALLOW_MODULES"
 # TRL's rewards are documented as usable by reference (README); they are reward functions only.
@@ -112,8 +113,9 @@ class ImportPolicy:
         path = _spec_path(spec) if spec is not None else ""
         for name, reason in self.allow_list():
             if _under(module, name):
-                if spec is None:
-                    raise RlvrError(f"cannot import {module!r}: no module named {top!r} is installed")
+                if spec is None:  # trl.rewards without TRL: rlvr's extra installs it
+                    how = f": {install_line(top)}" if top in EXTRAS else ""
+                    raise RlvrError(f"cannot import {module!r}: no module named {top!r} is installed{how}")
                 return CodeSource(module, path, reason)
         plugin = (plugin_packages or {}).get(top)
         if plugin is not None and spec is not None:

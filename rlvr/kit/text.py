@@ -26,6 +26,16 @@ def completion_text(completion: Any) -> str:
             return completion_text((assistant or messages)[-1])
         return "".join(completion_text(part) for part in completion)
     return str(completion)
+# rlvr's optional parts (pyproject.toml's extras), each named for the package it installs.
+EXTRAS = ("trl", "trackio", "wandb")
+
+
+def install_line(extra: str) -> str:
+    """What installs rlvr's optional part ``extra`` (one of :data:`EXTRAS`), at the version rlvr
+    is tested with, for the error that says it is missing."""
+    return f"pip install 'rlvr[{extra}]' (in a checkout of rlvr: pip install -e '.[{extra}]')"
+
+
 def one_line(message: str | BaseException, limit: int = 300) -> str:
     """``message`` on one line: whitespace runs become one space, cut to ``limit`` characters.
 

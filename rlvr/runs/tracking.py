@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from rlvr import RlvrError
+from rlvr.kit.text import install_line
 
 # tracker -> (its module, what installs it: rlvr's extra of that name, at the version it is tested with)
-TRACKERS = {name: (name, f"pip install 'rlvr[{name}]' (in a checkout of rlvr: pip install -e '.[{name}]')")
-            for name in ("wandb", "trackio")}
+TRACKERS = {name: (name, install_line(name)) for name in ("wandb", "trackio")}
 TRACKERS["tensorboard"] = ("tensorboard", "pip install tensorboard")  # a dependency of rlvr's
 
 
