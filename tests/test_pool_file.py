@@ -207,6 +207,28 @@ def test_validate_refuses_a_mismatched_pool_file_with_exit_2(tmp_path, rows, rlv
     assert "measured task 'gsm8k'" in done.stderr and recipe.data.pool_file in done.stderr
 
 
+
+def test_a_relative_pool_file_is_read_from_the_recipes_folder(tmp_path, rows, monkeypatch):
+    """As the dataset task's path: from the recipe's folder wherever the command runs (it was read
+    from the current folder), from the current one for a recipe given as data, and a file found
+    only in the current folder is refused with both places named."""
+    folder = tmp_path / "recipes"
+    folder.mkdir()
+    write_pool(folder / "pool.jsonl", rows)
+    monkeypatch.chdir(tmp_path)
+    registry = load_registry()
+    registry.use_recipe(folder / "r.yaml")
+    recipe = load_recipe_text(folder, "data: {pool_file: pool.jsonl}\n")
+    resolve(recipe, registry)
+    assert recipe.data.pool_file == str(folder / "pool.jsonl") and select_rows(recipe, rows) == [1, 3, 5, 7, 8, 11]
+    write_pool(tmp_path / "mine.jsonl", rows)
+    with pytest.raises(RlvrError, match=r"^data.pool_file: mine.jsonl is read from the recipe's folder, where there "
+                                        r"is no recipes/mine.jsonl; the current folder's mine.jsonl is not read"):
+        resolve(load_recipe_text(folder, "data: {pool_file: mine.jsonl}\n"), registry)
+    as_data = load_recipe_text(folder, "data: {pool_file: mine.jsonl}\n")
+    resolve(as_data, load_registry())  # no recipe file: the current folder
+    assert as_data.data.pool_file == str(tmp_path / "mine.jsonl")
+
 # ---------------------------------------------------------------------------- writing a pool file
 def test_build_pool_measures_the_train_split_as_training_samples_it(tmp_path, rows, monkeypatch):
     import rlvr.evaluation.evaluate as evaluate

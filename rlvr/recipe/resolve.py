@@ -3,9 +3,10 @@
 ``resolve`` checks every name the recipe gives (task, rewards, environment) against what the
 plugins registered, and their options, columns and template fields, before any model loads;
 an option annotated ``Path`` (the ``dataset`` task's ``path``) is a local file or folder, and a
-relative one is made to name it from the recipe's folder (``Registry.use_recipe``; the current
-folder for a recipe given as data), wherever the command runs. ``load_rows`` reads a task's
-rows; ``rlvr.recipe.rows`` checks each of them against the recipe.
+relative one, like ``data.pool_file``, is made to name it from the recipe's folder
+(``Registry.use_recipe``; the current folder for a recipe given as data), wherever the command
+runs. ``load_rows`` reads a task's rows; ``rlvr.recipe.rows`` checks each of them against the
+recipe.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def resolve(recipe: Recipe, registry: Registry, import_code: bool = True) -> Non
                 base)
     _check_correctness(recipe)
     if recipe.data.pool_file is not None:
+        recipe.data.pool_file = _from_folder(recipe.data.pool_file, base, "data.pool_file")
         check_pool_file(recipe)  # the file and its selection; its rows are matched when they load
     if recipe.environment is None and "environment" in recipe.rewards:
         raise RlvrError("reward 'environment' is the score of an episode's environment, but the recipe names no "

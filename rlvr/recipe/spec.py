@@ -56,7 +56,8 @@ class DataConfig(Strict):
     # last groups were all solved or all failed, and draw them again some epochs later.
     pool: PoolConfig = Field(default_factory=PoolConfig)
     # Train only on the prompts of a pool file (`rlvr pool`) whose pass rate is in pool_pass_range
-    # ([lo, hi], inclusive; None: 0 < rate < 1, prompts neither always nor never solved).
+    # ([lo, hi], inclusive; None: 0 < rate < 1, prompts neither always nor never solved). A
+    # relative path is read from the recipe's folder, as the dataset task's path is (resolve.py).
     pool_file: str | None = None
     pool_pass_range: tuple[float, float] | None = None
 
