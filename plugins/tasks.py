@@ -33,17 +33,18 @@ def math_task(split: str, *, data_dir: Path) -> Iterator[dict]:
     else:
         rows = local_or_hub(data_dir / "math" / f"{split}.jsonl", "DigitalLearningGmbH/MATH-lighteval", split)
     for i, row in enumerate(rows):
-        answer = row.get("answer") or last_boxed(row["solution"])
-        if answer is None:
+        solution = row.get("solution")
+        answer = row.get("answer") or (last_boxed(solution) if isinstance(solution, str) else None)
+        if answer is None and isinstance(solution, str):
             continue  # a handful of MATH train solutions have no boxed answer: nothing to verify
-        yield {
+        # a column missing from a local copy is left out, for the row check to name its line
+        yield placed({
             "id": row.get("unique_id") or f"math/{split}/{i}",
-            "problem": row["problem"],
-            "solution": row["solution"],
-            "answer": answer,
+            **_taken(row, "problem", "solution"),
+            **({"answer": answer} if answer is not None else {}),
             "subject": row.get("subject") or row.get("type", ""),
             "level": str(row.get("level", "")),
-        }
+        }, row)
 
 
 def humaneval(split: str, *, data_dir: Path) -> Iterator[dict]:
@@ -61,14 +62,14 @@ def _taken(row, *columns: str) -> dict:
 def mbpp(split: str, *, data_dir: Path) -> Iterator[dict]:
     """MBPP: ~1,000 basic Python problems, each with three asserts (train/validation/test)."""
     for row in local_or_hub(data_dir / "mbpp" / f"{split}.jsonl", "google-research-datasets/mbpp", split, "full"):
-        yield {
-            "task_id": str(row["task_id"]),
-            "text": row["text"],
-            "code": row["code"],
-            "test_list": list(row["test_list"]),
-            "test_setup_code": row.get("test_setup_code", ""),
-            "tests": "\n".join(row["test_list"]),  # for prompts: one assert per line
-        }
+        built = _taken(row, "task_id", "text", "code", "test_list")  # the row check names a missing one's line
+        if "task_id" in built:
+            built["task_id"] = str(built["task_id"])
+        built["test_setup_code"] = row.get("test_setup_code", "")
+        if isinstance(built.get("test_list"), (list, tuple)):
+            built["test_list"] = list(built["test_list"])
+            built["tests"] = "\n".join(built["test_list"])  # for prompts: one assert per line
+        yield placed(built, row)
 
 
 def held_out_draws(split: str, size: int, max_attempts: int, draw: Callable[[], tuple[str, Callable[[], T]]]) -> Iterator[T]:

@@ -222,3 +222,28 @@ def test_a_built_in_tasks_local_copy_is_named_by_its_line(tmp_path, monkeypatch)
     one_line(rlvr_cli("validate", "--data", recipe), message)
     one_line(rlvr_cli("train", recipe, "--model", NO_MODEL, "--output-dir", tmp_path / "run"), message)
     assert not (tmp_path / "run").exists()
+
+
+MATH_ROWS = [{"problem": f"What is {a} + 1?", "solution": f"It is \\boxed{{{a + 1}}}."} for a in range(40)]
+MBPP_ROWS = [{"task_id": i, "text": f"Return {i}.", "code": f"def f():\n    return {i}",
+              "test_list": [f"assert f() == {i}"]} for i in range(40)]
+
+
+@pytest.mark.parametrize("task, copy, rows, column, prompt, reward, named", [
+    ("math", "math/train.jsonl", MATH_ROWS, "solution", "{{problem}}", {"math": 1.0}, "answer"),  # read from it
+    ("math", "math/train.jsonl", MATH_ROWS, "problem", "{{problem}}", {"math": 1.0}, "problem"),
+    ("mbpp", "mbpp/train.jsonl", MBPP_ROWS, "test_list", "{{text}}", {"code": 1.0}, "test_list"),
+    ("mbpp", "mbpp/train.jsonl", MBPP_ROWS, "code", "{{text}}", {"code": 1.0}, "code"),
+], ids=["math-solution", "math-problem", "mbpp-tests", "mbpp-code"])
+def test_math_and_mbpp_local_copies_name_the_line_of_a_missing_column(tmp_path, monkeypatch, task, copy, rows,
+                                                                     column, prompt, reward, named):
+    """As GSM8K's: a local copy's row that lacks a column is named by file and line (a KeyError
+    naming no line, reported as the task's loading failure)."""
+    bad = {k: v for k, v in rows[0].items() if k != column}
+    write_rows(tmp_path / copy, rows[:20] + [bad] + rows[20:])
+    monkeypatch.setenv("RLVR_DATA_DIR", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(json.dumps({"name": "t", "task": task, "data": {"eval_split": "train"},
+                                  "prompt": {"template": prompt}, "rewards": reward}))
+    one_line(rlvr_cli("validate", "--data", recipe), f"{copy} line 21: no column {named!r}")
