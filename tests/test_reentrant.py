@@ -37,6 +37,17 @@ def child_pids() -> set[str]:
     return pids
 
 
+def models_alive() -> list[str]:
+    """The DeepSpeed engines and transformers models no one can reach any more but that are kept."""
+    import gc
+
+    from transformers import PreTrainedModel
+
+    gc.collect()
+    return [type(o).__name__ for o in gc.get_objects()
+            if type(o).__name__ == "DeepSpeedEngine" or isinstance(o, PreTrainedModel)]
+
+
 def process_state() -> dict:
     """What a run may set up in this process and must take down again."""
     import torch.distributed as dist
@@ -62,8 +73,12 @@ class Leftovers:
         self.threads = set(threading.enumerate())
         self.children = child_pids()
         self.state = process_state()
+        self.models = models_alive()
 
     def check(self, what: str) -> None:
+        # a run's model and optimizer are freed with it (vLLM kept the ImportError of a library it
+        # lacks, with a traceback whose frames held the run that first imported vLLM)
+        assert models_alive() == self.models, what
         now = process_state()
         assert not now["process group"], what
         assert not now.get("deepspeed groups") and now.get("deepspeed mpu") is None, (what, now)

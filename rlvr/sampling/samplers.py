@@ -9,6 +9,7 @@ alike, with one rule for the context length (``context_length``).
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 from contextlib import nullcontext
@@ -227,6 +228,7 @@ class VLLMSampler:
                  kv_cache_bytes: int | None, in_process: bool, on_cpu: bool, dtype: str = "auto",
                  bucket_bytes: int = 64 << 20, transport: str = "auto"):
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
+        import_apart("vllm.entrypoints.llm")
         from vllm import LLM
 
         self.in_process, self.on_cpu = in_process, on_cpu
@@ -405,6 +407,27 @@ def _merged_named_parameters(module: torch.nn.Module) -> Iterator[tuple[str, tor
             continue
         name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
         yield name, param
+
+
+def import_apart(module: str) -> None:
+    """Import ``module`` (the first time) in a thread of its own, whose stack holds nothing.
+    vLLM keeps the ImportError of an optional dependency it lacks (``torchcodec`` on CPU) with its
+    traceback, whose frames reach back up the stack that imported it: imported from inside a run,
+    that run's model, optimizer and DeepSpeed engine were never freed. An import that fails here
+    fails again, with its message, where the caller imports it next."""
+    import sys
+    import threading
+
+    def attempt() -> None:
+        try:
+            importlib.import_module(module)
+        except Exception:  # noqa: BLE001 - raised again by the caller's own import
+            pass
+
+    if module not in sys.modules:
+        worker = threading.Thread(target=attempt, name="rlvr-import", daemon=True)
+        worker.start()
+        worker.join()
 
 
 def require_vllm() -> None:
