@@ -46,7 +46,7 @@ def main() -> None:
     result = rlvr.train(RECIPE, rewards={"exact_number": exact_number}, tasks={"sums": ROWS},
                         overrides=args.overrides, output_dir=args.output_dir)
     before, after = result.summary["eval_before"]["accuracy"], result.summary["eval_after"]["accuracy"]
-    print(f"held-out accuracy {before:.3f} -> {after:.3f}; model in {result.final_model}")
+    print(f"held-out accuracy {100 * before:.1f}% -> {100 * after:.1f}%; model in {result.final_model}")
     print(f"last step: reward {result.metrics()[-1]['reward_mean']:.3f}")
 
 
