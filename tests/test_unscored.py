@@ -255,3 +255,34 @@ def test_reduce_sums_matches_names_when_a_rank_lacks_some(tmp_path):
     assert [p.returncode for p in ranks] == [0, 0]
     assert outs[0] == outs[1] == [{"a": 3.0, "len_max": 3.0},
                                   {"a": 3.0, "env/x": 4.0, "is_tokens": 5.0, "is_weight_max": 1.5}]
+
+
+def test_steps_whose_environment_failed_name_it_and_its_reason():
+    """Every episode's environment failed, no reward at fault: the step's line and the stop name
+    the environment, its first reason and env_errors (they said 'every sample was left unscored'),
+    and the values a failed episode's rewards lost are not blamed on them."""
+    from rlvr.rewards.runner import BoundReward, Unscored, score_batch
+    from rlvr.sampling.episodes import unscore_failed
+
+    def ok(prompts, completions, completion_ids):
+        return [1.0] * len(completions)
+
+    def picky(prompts, completions, completion_ids):
+        return [None if c == "c" else 1.0 for c in completions]
+
+    rewards = [BoundReward(RewardSpec(f.__name__, f, "", "test", "0", (), (), {}, False)) for f in (ok, picky)]
+    rows = [{"env_state": {"error": "RuntimeError: the tool crashed"}}, {"env_state": {"error": "OSError: gone"}}]
+    scored = score_batch(rewards, ["p", "p"], ["a", "b"], [[1], [2]], rows)
+    unscore_failed(scored, rows, ["ok"])  # as an evaluation does for its correctness reward
+    unscored = Unscored().add(scored.unscored())
+    said = "the environment failed in 2 of 2 samples (env_errors; the first: RuntimeError: the tool crashed)"
+    assert unscored.line() == unscored.line(["picky"]) == said and not unscored.counts
+    with pytest.raises(RlvrError, match=r"so nothing was trained: " + said.replace("(", r"\(").replace(")", r"\)")
+                       + r"\. Fix the reward or environment that failed"):
+        UnscoredSteps(limit=1).update(1, 0, unscored.line(), unscored.line(["ok", "picky"]))
+    rows.append({"env_state": {}})  # a third episode whose environment was fine but a reward failed
+    scored = score_batch(rewards, ["p"] * 3, ["a", "b", "c"], [[1], [2], [3]], rows)
+    unscore_failed(scored, rows)
+    assert scored.unscored().line() == ("the environment failed in 2 of 3 samples (env_errors; the first: "
+                                        "RuntimeError: the tool crashed); reward 'picky' could not score 1 of 3 "
+                                        "samples (returned None)")

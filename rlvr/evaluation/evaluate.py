@@ -118,7 +118,7 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
         why = unscored.line([correctness]) if unscored is not None else ""
         raise RlvrError(f"evaluation scored none of its {int(count * n)} samples with {correctness!r}"
                         + (f": {why}" if why else ""))
-    if unscored is not None and unscored.counts:
+    if unscored is not None and (unscored.counts or unscored.env_failed):
         log.warning(f"evaluation: {unscored.line()}")
     result: dict[str, Any] = {
         "n": int(count),

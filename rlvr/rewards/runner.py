@@ -104,17 +104,22 @@ class RewardBatch:
     infos: dict[str, list[dict]]
     total: list[float | None]
     errors: Counter
+    # Records whose episode's environment failed: index -> why (``rlvr.sampling.episodes.unscore_failed``
+    # leaves them unscored, whatever the rewards said).
+    env_failed: dict[int, str] = field(default_factory=dict)
 
     def unscorable(self) -> int:
         return sum(v is None for v in self.total)
 
     def unscored(self) -> Unscored:
-        """Per reward, the records it could not score and why the first could not (its error, else
-        the ``why`` of a ``Score(None, {"why": ...})``)."""
-        out = Unscored(records=len(self.total), unscorable=self.unscorable())
+        """What left records unscored: the environment, for the episodes it failed (and why the
+        first failed), then per reward, the other records it could not score and why the first
+        could not (its error, else the ``why`` of a ``Score(None, {"why": ...})``)."""
+        out = Unscored(records=len(self.total), unscorable=self.unscorable(), env_failed=len(self.env_failed),
+                       env_reason=next(iter(self.env_failed.values()), ""))
         for name in self.names:
-            for value, info in zip(self.values[name], self.infos[name]):
-                if value is None:
+            for i, (value, info) in enumerate(zip(self.values[name], self.infos[name])):
+                if value is None and i not in self.env_failed:
                     out.counts[name] += 1
                     error, why = info.get("error"), info.get("why")  # why: a Score(None, ...)'s own reason
                     out.reasons.setdefault(name, str(error) if error else f"returned None: {why}" if why else
@@ -134,6 +139,8 @@ class Unscored:
     unscorable: int = 0  # records whose total is None
     counts: Counter = field(default_factory=Counter)  # reward -> records it could not score
     reasons: dict[str, str] = field(default_factory=dict)  # reward -> why the first could not
+    env_failed: int = 0  # records whose episode's environment failed (none of them is scored)
+    env_reason: str = ""  # why the first failed
 
     def add(self, other: Unscored) -> Unscored:
         self.records += other.records
@@ -141,14 +148,20 @@ class Unscored:
         self.counts.update(other.counts)
         for name, reason in other.reasons.items():
             self.reasons.setdefault(name, reason)
+        self.env_failed += other.env_failed
+        self.env_reason = self.env_reason or other.env_reason
         return self
 
     def line(self, rewards: Sequence[str] | None = None, what: str = "samples") -> str:
-        """``reward 'x' could not score 8 of 8 samples (why the first could not)`` for each reward
-        (of ``rewards`` when given) that failed on some record, most failures first."""
+        """``the environment failed in 8 of 8 samples (env_errors; the first: why)`` when it failed,
+        whatever ``rewards``, then ``reward 'x' could not score 8 of 8 samples (why the first could
+        not)`` for each reward (of ``rewards`` when given) that failed on other records, most
+        failures first."""
         names = [n for n in sorted(self.counts, key=lambda n: -self.counts[n]) if rewards is None or n in rewards]
-        return "; ".join(f"reward {n!r} could not score {self.counts[n]} of {self.records} {what} "
-                         f"({_shortened(self.reasons.get(n, ''))})" for n in names)
+        env = [f"the environment failed in {self.env_failed} of {self.records} {what} (env_errors; the first: "
+               f"{_shortened(self.env_reason)})"] if self.env_failed else []
+        return "; ".join(env + [f"reward {n!r} could not score {self.counts[n]} of {self.records} {what} "
+                                f"({_shortened(self.reasons.get(n, ''))})" for n in names])
 
 
 def _shortened(text: str) -> str:

@@ -225,8 +225,9 @@ class UnscoredSteps:
 
     def update(self, step: int, scored: float, failures: str, culprits: str) -> str | None:
         """``scored``: samples with a total this step, over all ranks; ``failures``: this rank's
-        summary of every reward that failed (``rlvr.rewards.runner.Unscored.line``), ``culprits``:
-        of the weighted ones. Returns the step's line (logged), None when nothing failed."""
+        summary of what failed (``rlvr.rewards.runner.Unscored.line``: the environment of a
+        multi-turn episode, every reward), ``culprits``: the environment and the weighted rewards.
+        Returns the step's line (logged), None when nothing failed."""
         if scored:
             self.run = 0
             line = f"step {step}: {failures}" if failures else None
@@ -238,9 +239,9 @@ class UnscoredSteps:
         if not scored and self.limit and self.run >= self.limit:
             raise RlvrError(
                 f"no sample could be scored in {self.run} consecutive steps, so nothing was trained: "
-                f"{culprits or failures or 'every sample was left unscored'}. Fix the reward, or let the samples "
-                "it cannot score count without it (when_unscored: skip or zero); trainer.max_unscored_steps: 0 "
-                "never stops")
+                f"{culprits or failures or 'every sample was left unscored'}. Fix the reward or environment that "
+                "failed, or let the samples a reward cannot score count without it (when_unscored: skip or zero); "
+                "trainer.max_unscored_steps: 0 never stops")
         return line
 
 

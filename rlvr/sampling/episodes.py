@@ -272,9 +272,12 @@ def episode_rows(rows: Sequence[dict], k: int, outs: Sequence[Sequence[Completio
 
 def unscore_failed(scored, rows: Sequence[dict], names: Sequence[str] = ()) -> None:
     """Leave the episodes whose environment failed (``"error"`` in their ``env_state``)
-    unscored: their total, and their value under each of ``names``, become None."""
+    unscored: their total, and their value under each of ``names``, become None, and
+    ``scored.env_failed`` says why (``rlvr.rewards.runner.RewardBatch``: the step's or the
+    evaluation's line then names the environment, not the rewards)."""
     for i, row in enumerate(rows):
         if "error" in row["env_state"]:
+            scored.env_failed[i] = row["env_state"]["error"]
             scored.total[i] = None
             for name in names:
                 scored.values[name][i] = None
