@@ -18,6 +18,7 @@ from pathlib import Path
 
 from rlvr import RlvrError
 from rlvr.kit.data import cache_dir
+from rlvr.kit.files import modes_follow_umask
 
 ALIASES = {
     "smollm2-135m-instruct": {
@@ -128,10 +129,17 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
         del config.quantization_config
     fresh = AutoModelForCausalLM.from_config(config)
     fresh.load_state_dict(loaded.state_dict())
-    tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
+    save_model(fresh, AutoTokenizer.from_pretrained(folder, gguf_file=name), target)
+
+
+def save_model(model, tokenizer, target: Path) -> None:
+    """``model`` and ``tokenizer`` as a transformers folder at ``target``, whole or not at all
+    (written beside it, then renamed), its files with the umask's mode: ``save_pretrained``
+    leaves ``model.safetensors`` 0600, the one file of the cache others could not read."""
     partial = target.with_name(target.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
-    fresh.save_pretrained(partial)
+    model.save_pretrained(partial)
     tokenizer.save_pretrained(partial)
+    modes_follow_umask(partial, "pulled model")
     shutil.rmtree(target, ignore_errors=True)
     partial.rename(target)
