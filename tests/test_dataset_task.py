@@ -114,3 +114,25 @@ def test_a_hub_dataset_that_cannot_be_had_is_one_line(tmp_path, monkeypatch):
     with pytest.raises(RlvrError, match="'someorg/no-such-data' split 'train': the hub is unreachable"):
         rows_of(path, "train")
     assert check_rows  # the same loader serves validate --data and the checks before a model loads
+
+
+def test_a_path_given_by_set_is_read_from_the_current_folder(tmp_path, monkeypatch):
+    """In the recipe: from the recipe's folder. On the command line (`--set`) or as a Python
+    override: from the current folder, as any path a command line names."""
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "work").mkdir()
+    write_jsonl(tmp_path / "recipes" / "d.jsonl", ROWS)
+    write_jsonl(tmp_path / "work" / "mine.jsonl", ROWS[:20])
+    path = recipe(tmp_path / "recipes", path="d.jsonl")
+    monkeypatch.chdir(tmp_path / "work")
+    registry = load_registry()
+    registry.use_recipe(path)
+    written = load_recipe(path)
+    resolve(written, registry)
+    assert written.task.options["path"] == str(tmp_path / "recipes" / "d.jsonl")
+    given = load_recipe(path, ["task.options.path=mine.jsonl"])
+    resolve(given, registry)
+    assert given.task.options["path"] == str(tmp_path / "work" / "mine.jsonl")
+    as_setting = load_recipe(path, settings=[("task.options.path", "mine.jsonl")])
+    resolve(as_setting, registry)
+    assert as_setting.task.options["path"] == str(tmp_path / "work" / "mine.jsonl")

@@ -228,6 +228,11 @@ def test_a_relative_pool_file_is_read_from_the_recipes_folder(tmp_path, rows, mo
     as_data = load_recipe_text(folder, "data: {pool_file: mine.jsonl}\n")
     resolve(as_data, load_registry())  # no recipe file: the current folder
     assert as_data.data.pool_file == str(tmp_path / "mine.jsonl")
+    # given on the command line (`rlvr pool ... --output mine.jsonl`, then `--set data.pool_file=mine.jsonl`):
+    # the current folder, as any path on a command line
+    given = load_recipe_text(folder, "", overrides=["data.pool_file=mine.jsonl"])
+    resolve(given, registry)
+    assert given.data.pool_file == str(tmp_path / "mine.jsonl")
 
 # ---------------------------------------------------------------------------- writing a pool file
 def test_build_pool_measures_the_train_split_as_training_samples_it(tmp_path, rows, monkeypatch):

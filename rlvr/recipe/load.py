@@ -259,7 +259,8 @@ def load_recipe(
             raise RlvrError(f"{source}: profiles.{profile} must be a mapping of settings")
         data = _merge(data, profiles[profile])
         source = f"{source} (profile {profile!r})"
-    for key, value in [*parse_overrides(overrides or []), *(settings or [])]:
+    given = [*parse_overrides(overrides or []), *(settings or [])]
+    for key, value in given:
         _set_path(data, key, value)
     for key, value in defaults or []:
         node = data
@@ -271,6 +272,8 @@ def load_recipe(
     if bad:
         raise RlvrError(f"{source}: {bad}: not a finite number (nan and infinities are refused)")
     try:
-        return Recipe.model_validate(data)
+        recipe = Recipe.model_validate(data)
     except ValidationError as exc:
         raise RlvrError(_format_validation_error(source, exc)) from None
+    recipe._given_outside = frozenset(key for key, _ in given)
+    return recipe

@@ -36,7 +36,7 @@ def resolve(recipe: Recipe, registry: Registry, import_code: bool = True) -> Non
                 base)
     _check_correctness(recipe)
     if recipe.data.pool_file is not None:
-        recipe.data.pool_file = _from_folder(recipe.data.pool_file, base, "data.pool_file")
+        recipe.data.pool_file = _from_folder(recipe.data.pool_file, base, "data.pool_file", recipe)
         check_pool_file(recipe)  # the file and its selection; its rows are matched when they load
     if recipe.environment is None and "environment" in recipe.rewards:
         raise RlvrError("reward 'environment' is the score of an episode's environment, but the recipe names no "
@@ -45,7 +45,7 @@ def resolve(recipe: Recipe, registry: Registry, import_code: bool = True) -> Non
         env = recipe.environment
         spec = registry.environment(env.name)
         env.options = {**env.options, **_check_options(spec.fn, spec.name, "environment", spec.plugin, env.options,
-                                                       "environment.options", base)}
+                                                       "environment.options", base, recipe)}
 
 
 def recipe_folder(registry: Registry) -> Path:
@@ -83,7 +83,7 @@ def reward_specs(recipe: Recipe, registry: Registry, imported: bool) -> Iterator
 def _check_task(registry: Registry, ref: TaskRef, prompt: PromptConfig, splits: list[str], recipe: Recipe, where: str,
                 imported: bool, base: Path) -> None:
     task = registry.task(ref.name)
-    ref.options = {**ref.options, **_check_task_options(task, ref.options, where, base)}  # 1e3 -> 1000
+    ref.options = {**ref.options, **_check_task_options(task, ref.options, where, base, recipe)}  # 1e3 -> 1000
     columns = set(task_columns(task, ref)) or _first_row_columns(task, ref, splits[0], where)
     for split in splits:
         if task.splits and split not in task.splits:
@@ -139,9 +139,9 @@ def _check_prompt(registry: Registry, columns: set[str], task_name: str, prompt:
         )
 
 
-def _check_task_options(task, options: dict, where: str, base: Path) -> dict:
+def _check_task_options(task, options: dict, where: str, base: Path, recipe: Recipe | None = None) -> dict:
     """A task's options are its loader's keyword-only parameters (but ``data_dir``)."""
-    return _check_options(task.fn, task.name, "task", task.plugin, options, f"{where}task.options", base)
+    return _check_options(task.fn, task.name, "task", task.plugin, options, f"{where}task.options", base, recipe)
 
 
 def _checker(fn, name: str, kind: str, plugin: str) -> OptionChecker:
@@ -155,7 +155,8 @@ def _checker(fn, name: str, kind: str, plugin: str) -> OptionChecker:
         raise RlvrError(f"plugin {plugin!r}: {kind} {name!r}: {exc}") from None
 
 
-def _check_options(fn, name: str, kind: str, plugin: str, options: dict, where: str, base: Path) -> dict:
+def _check_options(fn, name: str, kind: str, plugin: str, options: dict, where: str, base: Path,
+                   recipe: Recipe | None = None) -> dict:
     """The options, checked (``_checker``; with ``**kwargs`` the loader takes other names too),
     those annotated ``Path`` made to name the file from ``base`` (and kept as strings)."""
     open_ended = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
@@ -172,7 +173,7 @@ def _check_options(fn, name: str, kind: str, plugin: str, options: dict, where: 
         raise RlvrError(f"{where}: {exc}") from None
     for option in path_options(checker):
         if checked.get(option) is not None:
-            checked[option] = _from_folder(options[option], base, f"{where}.{option}")
+            checked[option] = _from_folder(options[option], base, f"{where}.{option}", recipe)
     return checked
 
 
@@ -192,13 +193,16 @@ def task_paths(task, ref: TaskRef) -> dict[str, str]:
     return {name: ref.options[name] for name in names if ref.options.get(name) is not None}
 
 
-def _from_folder(given, base: Path, where: str) -> str:
+def _from_folder(given, base: Path, where: str, recipe: Recipe | None = None) -> str:
     """``given`` (a path a recipe names) as read from ``base``; a relative path that is missing
     there but present in the current folder, where it was read from before, is refused with the
-    two places named rather than read from either."""
+    two places named rather than read from either. A path ``--set`` (or an API override) gave
+    (``where`` is its key) is read from the current folder, as any path on a command line."""
     path = Path(str(given)).expanduser()
     if path.is_absolute():
         return str(path)
+    if recipe is not None and recipe.given_outside(where):
+        return str(Path.cwd() / path)
     found = base / path
     if base.resolve() != Path.cwd().resolve() and not found.exists() and path.exists():
         raise RlvrError(f"{where}: {given} is read from the recipe's folder, where there is no {shown(found)}; "

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from typing import Any, Iterable, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from rlvr import RlvrError
 from rlvr.recipe.template import fields
@@ -57,7 +57,8 @@ class DataConfig(Strict):
     pool: PoolConfig = Field(default_factory=PoolConfig)
     # Train only on the prompts of a pool file (`rlvr pool`) whose pass rate is in pool_pass_range
     # ([lo, hi], inclusive; None: 0 < rate < 1, prompts neither always nor never solved). A
-    # relative path is read from the recipe's folder, as the dataset task's path is (resolve.py).
+    # relative path is read from the recipe's folder, as the dataset task's path is, or from the
+    # current folder when --set gave it (resolve.py).
     pool_file: str | None = None
     pool_pass_range: tuple[float, float] | None = None
 
@@ -415,6 +416,14 @@ class Recipe(Strict):
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
     eval: EvalConfig = Field(default_factory=EvalConfig)
+    # The dotted keys the command line (--set) or the Python API's overrides set: a relative path
+    # given there is read from the current folder, as any path on a command line; one written in
+    # the recipe, from the recipe's folder (rlvr.recipe.resolve).
+    _given_outside: frozenset[str] = PrivateAttr(default_factory=frozenset)
+
+    def given_outside(self, key: str) -> bool:
+        """Whether ``key`` (or a section holding it) was set by ``--set`` or an API override."""
+        return any(key == k or key.startswith(k + ".") for k in self._given_outside)
     environment: EnvironmentConfig | None = None
     # Named sets of overrides, e.g. a CPU-sized variant: `rlvr train RECIPE --profile cpu`.
     profiles: dict[str, dict[str, Any]] = Field(default_factory=dict)
