@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from conftest import wait_until
+
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
@@ -203,6 +205,26 @@ def test_lazy_start_and_shutdown():
     with pytest.raises(PoolBroken, match="shut down"):
         p.map(operator.neg, [1])
     assert threading.active_count() == before
+
+
+def test_close_shared_stops_every_process_wide_pool_and_the_sandboxes():
+    """What rlvr.train and rlvr.evaluate do when they end: the rewards' warm pools and the
+    sandbox's stop, and the next use starts new ones."""
+    from plugins.sandbox import get_sandbox
+    from rlvr.kit import close_shared, shared_pool
+
+    pool = shared_pool(2, None)
+    pids = {r.value for r in pool.map(worker_pid, range(4))}
+    box = get_sandbox("process")  # registered itself with on_close_shared
+    close_shared()
+    wait_until(lambda: not any(_alive(pid) for pid in pids))
+    assert not any(_alive(pid) for pid in pids) and box._closed
+    with pytest.raises(PoolBroken, match="shut down"):
+        pool.map(operator.neg, [1])
+    fresh = shared_pool(2, None)
+    assert fresh is not pool and fresh.map(operator.neg, [1])[0].value == -1
+    assert get_sandbox("process") is not box
+    close_shared()
 
 
 def test_import_has_no_side_effects():

@@ -14,6 +14,7 @@ import weakref
 from typing import Any
 
 from rlvr import RlvrError
+from rlvr.kit import on_close_shared
 
 from .jobs import Job, Result, escape_controls
 from .launch import unavailable_message
@@ -173,13 +174,24 @@ _SHARED_LOCK = threading.Lock()
 
 def get_sandbox(isolation: str = "bwrap") -> Sandbox:
     """The process-wide pool for ``isolation``, created on first use (its workers
-    start on first use too) and closed at interpreter exit."""
+    start on first use too) and closed when a run of ``rlvr.train``/``rlvr.evaluate`` ends
+    (``rlvr.kit.close_shared``) or at interpreter exit."""
     with _SHARED_LOCK:
         box = _SHARED.get(isolation)
         if box is None or box._closed:
             box = Sandbox(isolation)
             _SHARED[isolation] = box
+            on_close_shared(close_shared_sandboxes)
         return box
+
+
+def close_shared_sandboxes() -> None:
+    """Stop the process-wide pools ``get_sandbox`` made (sandboxes made directly stay)."""
+    with _SHARED_LOCK:
+        boxes = list(_SHARED.values())
+        _SHARED.clear()
+    for box in boxes:
+        box.close()
 
 
 _EXIT_HOOKED = False

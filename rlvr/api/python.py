@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from rlvr import RlvrError
 from rlvr.host.registry import Registry, TaskSpec, load_registry, make_reward_spec
-from rlvr.kit import in_test_split, read_jsonl
+from rlvr.kit import close_shared, in_test_split, read_jsonl
 from rlvr.models.hub import check_model_name
 from rlvr.recipe.load import load_recipe
 from rlvr.recipe.resolve import resolve
@@ -100,7 +100,10 @@ def train(recipe: str | Path | Mapping[str, Any], *, overrides: Mapping[str, Any
     check_rows(rec, registry, training_parts(rec))  # every row it will read, before any model loads
     out = Path(output_dir) if output_dir is not None else Path("runs") / rec.name
     check_folder_target(out, "output_dir", private=True)
-    summary = run_training(rec, registry, out, resume=resume, verbose=verbose)
+    try:
+        summary = run_training(rec, registry, out, resume=resume, verbose=verbose)
+    finally:
+        close_shared()  # the rewards' worker pools and sandboxes: the next run starts its own
     return TrainResult(out, summary)
 
 
@@ -118,8 +121,11 @@ def evaluate(recipe: str | Path | Mapping[str, Any], model: str | Path | None = 
     check_rows(rec, registry, ("eval",))
     out = Path(output_dir) if output_dir is not None else Path("runs") / f"eval-{rec.name}"
     check_folder_target(out, "output_dir", private=True)
-    with RunOutput(out, rank=0, verbose=verbose, total_steps=0, name="eval", announce=False):
-        report = run_evaluation(rec, registry, out)
+    try:
+        with RunOutput(out, rank=0, verbose=verbose, total_steps=0, name="eval", announce=False):
+            report = run_evaluation(rec, registry, out)
+    finally:
+        close_shared()
     return EvalResult(out, report)
 
 

@@ -10,7 +10,9 @@ same (``tests/test_layout.py`` fails when one imports a private module). What is
 - boxed answers: ``boxes`` (the span of every ``\\boxed{}``, in one pass), ``box_at``,
   ``last_boxed`` (the last box's content), ``BOX_RE`` (the command);
 - worker processes with a hard deadline per item, for checkers that may hang in C code:
-  ``DeadlinePool``, ``shared_pool``, ``Result``, ``PoolBroken``; and the time limits around
+  ``DeadlinePool``, ``shared_pool``, ``Result``, ``PoolBroken``; ``close_shared`` (every
+  process-wide pool stopped, as a run's end does) and ``on_close_shared`` (a plugin's own pool
+  stopped with them); and the time limits around
   them: ``soft_limit`` (raises the BaseException ``SoftTimeout`` inside a worker),
   ``soft_seconds``, ``map_with_deadline``, ``unfinished`` (the score of an item that did not finish);
 - data: ``read_jsonl`` (line-numbered one-line errors), ``local_or_hub`` (a local file or
@@ -34,12 +36,12 @@ from rlvr.kit.deadline import SoftTimeout, map_with_deadline, soft_limit, soft_s
 from rlvr.kit.files import open_append, open_folder, remove_temporaries, replacing, write_replacing
 from rlvr.kit.scoring import soft_overlong_penalty
 from rlvr.kit.text import completion_text, escape_controls, one_line
-from rlvr.kit.workers import DeadlinePool, PoolBroken, Result, shared_pool
+from rlvr.kit.workers import DeadlinePool, PoolBroken, Result, close_shared, on_close_shared, shared_pool
 
 __all__ = [
     "completion_text", "escape_controls", "one_line",
     "BOX_RE", "box_at", "boxes", "last_boxed",
-    "DeadlinePool", "PoolBroken", "Result", "shared_pool",
+    "DeadlinePool", "PoolBroken", "Result", "shared_pool", "close_shared", "on_close_shared",
     "SoftTimeout", "map_with_deadline", "soft_limit", "soft_seconds", "unfinished",
     "cache_dir", "data_dir", "hub_rows", "in_test_split", "local_or_hub", "read_jsonl",
     "soft_overlong_penalty",

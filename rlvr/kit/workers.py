@@ -567,3 +567,27 @@ def shared_pool(workers: int, initializer: Callable[..., Any] | str | None, *,
         if pool is None:
             pool = _SHARED[key] = DeadlinePool(workers, initializer=initializer, memory_limit_mb=memory_limit_mb)
         return pool
+
+
+_CLOSERS: list[Callable[[], None]] = []
+
+
+def on_close_shared(closer: Callable[[], None]) -> None:
+    """Have ``close_shared`` call ``closer`` too: for a plugin's own process-wide pool (the
+    sandbox's), which stays warm from run to run otherwise."""
+    with _SHARED_LOCK:
+        if closer not in _CLOSERS:
+            _CLOSERS.append(closer)
+
+
+def close_shared() -> None:
+    """Stop every process-wide pool: ``shared_pool``'s and those of ``on_close_shared``.
+    ``rlvr.train`` and ``rlvr.evaluate`` call it when they end, so that a run in a notebook or a
+    sweep leaves no worker process behind; the next run starts its own."""
+    with _SHARED_LOCK:
+        pools, closers = list(_SHARED.values()), list(_CLOSERS)
+        _SHARED.clear()
+    for pool in pools:
+        pool.shutdown()
+    for closer in closers:
+        closer()
