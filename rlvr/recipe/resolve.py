@@ -63,11 +63,7 @@ def task_columns(task, ref: TaskRef) -> tuple[str, ...]:
 def _first_row_columns(task, ref: TaskRef, split: str, where: str) -> set[str]:
     """The columns of a generic task's first row, for a recipe that does not list them (a TRL
     user's own file: its columns are what it holds); every row is checked before a model loads."""
-    try:
-        first = next(task_rows(task, ref, split, data_dir()), None)
-    except RlvrError as exc:
-        raise RlvrError(f"{exc} (its columns are read from its first row; or list them in "
-                        f"{where}task.options.columns)") from None
+    first = next(task_rows(task, ref, split, data_dir()), None)  # a missing file: the loader's one line
     if first is None:
         raise RlvrError(f"{where}task {task.name!r} split {split!r} has no rows to read its columns from")
     return set(first)
