@@ -182,3 +182,32 @@ def test_the_readme_snippet_resolves_and_calls_the_engine(tmp_path, monkeypatch)
     assert trained.task.name == "sums" and list(trained.rewards) == ["exact_number"] and trained.trainer.steps == 16
     assert registry.reward("exact_number").convention == "trl" and evaluated.model.name == str(tmp_path / "sums" / "final")
     assert namespace["report"] == {"accuracy": 0.25}
+
+
+def test_a_run_gives_back_the_callers_random_state(tmp_path, monkeypatch):
+    """A run seeds the global generators for its own reproducibility; the caller's sequence goes
+    on as if no run had happened, after a run that ends and after one that fails."""
+    import random
+
+    import numpy as np
+    import torch
+
+    import rlvr.training.engine as engine
+
+    def seeding_train(recipe, registry, output_dir, resume=False, verbose=False):
+        random.seed(1), np.random.seed(1), torch.manual_seed(1)
+        if recipe.trainer.steps == 3:
+            raise RlvrError("failed mid-run")
+        return {}
+
+    monkeypatch.setattr(engine, "train", seeding_train)
+    for steps, out in ((2, "a"), (3, "b")):
+        random.seed(7), np.random.seed(7), torch.manual_seed(7)
+        expected = (random.random(), np.random.rand(), torch.rand(1).item())
+        random.seed(7), np.random.seed(7), torch.manual_seed(7)
+        try:
+            rlvr.train(RECIPE, overrides={"trainer.steps": steps}, rewards={"exact": trl_exact},
+                       tasks={"sums": ROWS}, output_dir=tmp_path / out)
+        except RlvrError:
+            assert steps == 3
+        assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected

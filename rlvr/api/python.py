@@ -14,6 +14,7 @@ is checked before a model loads; bad input raises ``RlvrError`` with the CLI's o
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
@@ -100,10 +101,8 @@ def train(recipe: str | Path | Mapping[str, Any], *, overrides: Mapping[str, Any
     check_rows(rec, registry, training_parts(rec))  # every row it will read, before any model loads
     out = Path(output_dir) if output_dir is not None else Path("runs") / rec.name
     check_folder_target(out, "output_dir", private=True)
-    try:
+    with _run_scope():
         summary = run_training(rec, registry, out, resume=resume, verbose=verbose)
-    finally:
-        close_shared()  # the rewards' worker pools and sandboxes: the next run starts its own
     return TrainResult(out, summary)
 
 
@@ -121,12 +120,33 @@ def evaluate(recipe: str | Path | Mapping[str, Any], model: str | Path | None = 
     check_rows(rec, registry, ("eval",))
     out = Path(output_dir) if output_dir is not None else Path("runs") / f"eval-{rec.name}"
     check_folder_target(out, "output_dir", private=True)
+    with _run_scope(), RunOutput(out, rank=0, verbose=verbose, total_steps=0, name="eval", announce=False):
+        report = run_evaluation(rec, registry, out)
+    return EvalResult(out, report)
+
+
+@contextmanager
+def _run_scope():
+    """What a run in the caller's process must give back, however it ends: the global random
+    generators (Python's, numpy's, torch's), which the run seeds for its own reproducibility, and
+    the process-wide worker pools (the rewards', the sandbox's), which it stops (``close_shared``):
+    the next run starts its own."""
+    import random
+
+    import numpy as np
+    import torch
+
+    saved = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
     try:
-        with RunOutput(out, rank=0, verbose=verbose, total_steps=0, name="eval", announce=False):
-            report = run_evaluation(rec, registry, out)
+        yield
     finally:
         close_shared()
-    return EvalResult(out, report)
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])
+        torch.set_rng_state(saved[2])
+        if cuda is not None:
+            torch.cuda.set_rng_state_all(cuda)
 
 
 def prepare(recipe, overrides, rewards, tasks, profile, extra: Mapping[str, Any] | None = None, *,
