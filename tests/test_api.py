@@ -137,15 +137,35 @@ def test_train_then_evaluate_from_python(tmp_path, tiny_model, monkeypatch):
     assert {k: os.environ.get(k) for k in ("RANK", "MASTER_PORT")} == before
 
 
-@pytest.mark.slow
-def test_the_example_script_runs(tmp_path, tiny_model):
-    script = ROOT / "examples/python-api/train_sums.py"
-    done = subprocess.run([sys.executable, str(script), f"model.name={tiny_model}", "sampling.backend=hf",
-                           "sampling.max_tokens=8", "trainer.steps=1", "eval.limit=4", "--output-dir",
-                           str(tmp_path / "run")], capture_output=True, text=True, timeout=600,
+def run_example(name: str, model, output_dir, steps: int) -> subprocess.CompletedProcess:
+    """``examples/python-api/NAME`` on ``model`` (hf sampling, short answers, 4 eval prompts)."""
+    script = ROOT / "examples/python-api" / name
+    done = subprocess.run([sys.executable, str(script), f"model.name={model}", "sampling.backend=hf",
+                           "sampling.max_tokens=8", f"trainer.steps={steps}", "eval.limit=4", "--output-dir",
+                           str(output_dir)], capture_output=True, text=True, timeout=600,
                           env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
+    return done
+
+
+@pytest.mark.slow
+def test_the_example_script_runs(tmp_path, tiny_model):
+    done = run_example("train_sums.py", tiny_model, tmp_path / "run", steps=1)
     assert "held-out accuracy" in done.stdout and (tmp_path / "run" / "final" / "config.json").exists()
+
+
+@pytest.mark.slow
+def test_the_notebook_example_stops_the_broken_run_then_trains_and_evaluates(tmp_path, tiny_model):
+    """examples/python-api/trl_notebook.py: a conversational JSONL, TRL's list of rewards with
+    weights (one raising), two rlvr.train calls and rlvr.evaluate in one process. The first run
+    stops, the second trains, the evaluation runs."""
+    out = run_example("trl_notebook.py", tiny_model, tmp_path / "nb", steps=3).stdout
+    assert ("RlvrError: no sample could be scored in 3 consecutive steps, so nothing was trained: reward "
+            "'typo_reward' could not score") in out, out[-3000:]
+    assert "steps (step, reward, optimizer steps): [(1, " in out and "a sample of step 3:" in out
+    assert "held-out accuracy of the trained model:" in out and "on 4 problems" in out
+    assert (tmp_path / "nb" / "run2" / "final" / "config.json").exists()
+    assert not (tmp_path / "nb" / "run1" / "final").exists()  # the stopped run saved no "trained" model
 
 
 def test_the_readme_snippet_resolves_and_calls_the_engine(tmp_path, monkeypatch):

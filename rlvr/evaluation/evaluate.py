@@ -13,8 +13,8 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
-from rlvr.evaluation.compare import counted, percent
 from rlvr import RlvrError
+from rlvr.evaluation.compare import counted, percent
 from rlvr.host.registry import Registry
 from rlvr.kit import write_replacing
 from rlvr.models.distributed import process_group_scope

@@ -26,6 +26,8 @@ def completion_text(completion: Any) -> str:
             return completion_text((assistant or messages)[-1])
         return "".join(completion_text(part) for part in completion)
     return str(completion)
+
+
 # rlvr's optional parts (pyproject.toml's extras), each named for the package it installs.
 EXTRAS = ("trl", "trackio", "wandb")
 

@@ -29,6 +29,7 @@ import inspect
 import logging
 import math
 import numbers
+import typing
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -44,7 +45,7 @@ log = logging.getLogger("rlvr.rewards")
 # What a record a weighted reward could not score counts as (module docstring): the recipe's
 # ``when_unscored``, or a reward entry's own.
 UnscoredMode = Literal["void", "skip", "zero"]
-UNSCORED_MODES: tuple[str, ...] = ("void", "skip", "zero")
+UNSCORED_MODES: tuple[str, ...] = typing.get_args(UnscoredMode)
 
 
 @dataclass
@@ -159,13 +160,9 @@ class Unscored:
         failures first."""
         names = [n for n in sorted(self.counts, key=lambda n: -self.counts[n]) if rewards is None or n in rewards]
         env = [f"the environment failed in {self.env_failed} of {self.records} {what} (env_errors; the first: "
-               f"{_shortened(self.env_reason)})"] if self.env_failed else []
+               f"{one_line(self.env_reason, REASON_CHARS)})"] if self.env_failed else []
         return "; ".join(env + [f"reward {n!r} could not score {self.counts[n]} of {self.records} {what} "
-                                f"({_shortened(self.reasons.get(n, ''))})" for n in names])
-
-
-def _shortened(text: str) -> str:
-    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 3] + "..."
+                                f"({one_line(self.reasons.get(n, ''), REASON_CHARS)})" for n in names])
 
 
 def _number(value: Any) -> float | None:
