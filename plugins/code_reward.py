@@ -168,7 +168,7 @@ def extract_code(text: str, entry_point: str | None = None) -> str:
     """The code in a completion: the body of its Python fence (the one defining
     ``entry_point`` if given, else the longest), or the text itself if unfenced.
     An unclosed fence (generation cut off) runs to the end."""
-    blocks = [(lang.lower(), body) for lang, body in _FENCE.findall(text)]
+    blocks = [_tag_on_next_line(lang.lower(), body) for lang, body in _FENCE.findall(text)]
     if not blocks:
         return text
     python = [body for lang, body in blocks if lang in _PYTHON_TAGS] or [body for _, body in blocks]
@@ -177,6 +177,17 @@ def extract_code(text: str, entry_point: str | None = None) -> str:
             if _defines(body, entry_point):
                 return body
     return max(python, key=len)
+
+
+_TAG_LINE = re.compile(r"[ \t]*(python3?|py3?)[ \t]*\n")
+
+
+def _tag_on_next_line(lang: str, body: str) -> tuple[str, str]:
+    """A fence opened bare with its language on the line below (````\npython\n...``, as a
+    model writes after a prompt that shows code in a bare fence): the tag, not a line of code
+    (run, it would be a NameError)."""
+    tagged = _TAG_LINE.match(body) if not lang else None
+    return (tagged.group(1), body[tagged.end():]) if tagged else (lang, body)
 
 
 def _defines(code: str, name: str) -> bool:

