@@ -15,14 +15,16 @@ How each way moves the trainer's full weights into a vLLM engine on this machine
   workers map, no collective;
 - ``in-process``: one rank, the engine inside the trainer's process: tensors handed over.
 
-Models: SmolLM2-135M-Instruct (the demo's) and a random-init model shaped like
-Qwen2.5-1.5B (28 layers, hidden 1536, vocabulary 151936, tied embeddings). Each figure is the
-median of ``--repeats`` syncs after a first, untimed one, each way in its own process; for the
-SmolLM2 rows the weights are then moved far and synced once more, and the sampler's log-probs
+Models: SmolLM2-135M-Instruct (the demo's), Qwen2.5-Coder-0.5B-Instruct (``rlvr model pull
+qwen2.5-coder-0.5b-instruct``: q/k/v biases, an untied output head; ``--models qwen-coder-0.5b``)
+and a random-init model shaped like Qwen2.5-1.5B (28 layers, hidden 1536, vocabulary 151936,
+tied embeddings). Each figure is the median of ``--repeats`` syncs after a first, untimed one,
+each way in its own process; for the two real models the weights are then moved far and synced once more, and the sampler's log-probs
 of 16 sampled tokens must equal the trainer's within 1e-3 (a wrong sync fails the benchmark). Run from the repository root:
 
     .venv/bin/python benchmarks/bench_sync.py                     # both models, ~10 min
     .venv/bin/python benchmarks/bench_sync.py --models smollm2    # ~3 min
+    .venv/bin/python benchmarks/bench_sync.py --models qwen-coder-0.5b --ways in-process shared-child broadcast-child
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ ROOT = Path(__file__).resolve().parents[1]
 WAYS = ["files", "broadcast-child", "shared-child", "broadcast-server", "shared-server", "in-process"]
 LABELS = {"files": "files (anchor)", "broadcast-child": "broadcast, child", "shared-child": "shared, child",
           "broadcast-server": "broadcast, server", "shared-server": "shared, server", "in-process": "in-process"}
+MODELS = ["smollm2", "qwen-coder-0.5b", "qwen1.5b"]
+SHAPE_ONLY = "qwen2.5-1.5b-shape"
 QWEN_15B = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
                 num_key_value_heads=2, vocab_size=151936, max_position_embeddings=4096, tie_word_embeddings=True)
 
@@ -52,11 +56,13 @@ def make_models(names: list[str], work: Path) -> dict[str, str]:
     paths = {}
     if "smollm2" in names:
         paths["smollm2"] = str(resolve_model("smollm2-135m-instruct"))
+    if "qwen-coder-0.5b" in names:  # the real one: q/k/v biases, untied output head
+        paths["qwen-coder-0.5b"] = str(resolve_model("qwen2.5-coder-0.5b-instruct"))
     if "qwen1.5b" in names:
         import torch
         from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-        folder = work / "qwen2.5-1.5b-shape"
+        folder = work / SHAPE_ONLY
         torch.manual_seed(0)
         Qwen2ForCausalLM(Qwen2Config(**QWEN_15B)).save_pretrained(folder)
         AutoTokenizer.from_pretrained(resolve_model("smollm2-135m-instruct")).save_pretrained(folder)
@@ -139,7 +145,7 @@ def worker(model_path: str, way: str, bucket_mb: int, repeats: int, check: bool)
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", nargs="+", default=["smollm2", "qwen1.5b"], choices=["smollm2", "qwen1.5b"])
+    p.add_argument("--models", nargs="+", default=["smollm2", "qwen1.5b"], choices=MODELS)
     p.add_argument("--ways", nargs="+", default=WAYS, choices=WAYS)
     p.add_argument("--bucket-mb", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3)
@@ -148,7 +154,8 @@ def main() -> int:
     a = p.parse_args()
     if a._worker:
         model_path, way = a._worker
-        print("RESULT " + json.dumps(worker(model_path, way, a.bucket_mb, a.repeats, "qwen" not in model_path)))
+        real = not model_path.endswith(SHAPE_ONLY)  # random-init weights have no log-probs worth comparing
+        print("RESULT " + json.dumps(worker(model_path, way, a.bucket_mb, a.repeats, real)))
         return 0
     work = Path(tempfile.mkdtemp(prefix="rlvr-bench-sync-"))
     results: dict[str, dict[str, dict]] = {}
@@ -174,7 +181,7 @@ def main() -> int:
     finally:
         shutil.rmtree(work, ignore_errors=True)
     print(f"\nweight sync, CPU fp32, bucket {a.bucket_mb} MiB, median of {a.repeats} (2 cores, {os.cpu_count()} CPUs seen)")
-    head = f"{'model':<9} {'GB':>5} " + " ".join(f"{LABELS[w]:>18}" for w in a.ways)
+    head = f"{'model':<15} {'GB':>5} " + " ".join(f"{LABELS[w]:>18}" for w in a.ways)
     print(head + "\n" + "-" * len(head))
     for name, by_way in results.items():
         measured = [r for r in by_way.values() if "failed" not in r]
@@ -188,7 +195,7 @@ def main() -> int:
                 continue
             ratio = f" ({r['median_s'] / anchor:.2f}x)" if anchor else ""
             cells.append(f"{r['median_s']:7.2f} s{ratio:>9}")
-        print(f"{name:<9} {gb:5.2f} " + " ".join(f"{c:>18}" for c in cells))
+        print(f"{name:<15} {gb:5.2f} " + " ".join(f"{c:>18}" for c in cells))
     print("(x): time relative to the files anchor; lower is faster")
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps({"bucket_mb": a.bucket_mb, "repeats": a.repeats, "results": results}, indent=2))

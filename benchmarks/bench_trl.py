@@ -1,6 +1,7 @@
 """rlvr vs TRL's ``RLOOTrainer``, side by side on this machine, alternating.
 
-Three sides train SmolLM2-135M-Instruct (fp32, CPU) with RLOO on rlvr's ``arithmetic`` task,
+The sides train SmolLM2-135M-Instruct (or ``--model``'s, the same on every side) in fp32 on CPU
+with RLOO on rlvr's ``arithmetic`` task,
 rewarded by rlvr's ``math`` reward, with the same prompt (system + user chat messages), the
 same prompts in the same order every step, K samples per prompt, P prompts per optimizer
 step (one optimizer step per generation batch, same micro-batch size), temperature 1.0,
@@ -58,6 +59,8 @@ repository root:
     .venv/bin/python benchmarks/bench_trl.py --rounds 2      # alternate twice
     .venv/bin/python benchmarks/bench_trl.py --only rlvr-server   # one side (rlvr, rlvr-bf16, rlvr-server or trl)
     .venv/bin/python benchmarks/bench_trl.py --steps 2 --prompts 1 --k 4 --max-tokens 16   # smoke
+    .venv/bin/python benchmarks/bench_trl.py --model qwen2.5-coder-0.5b-instruct --sides rlvr,rlvr-bf16,trl \
+        --steps 3 --prompts 2 --k 8 --max-tokens 64         # the 0.5B row
 
 Needs TRL (``pip install trl==1.16.0``) unless ``--only`` names an rlvr side; ``make bench``
 installs it.
@@ -96,6 +99,10 @@ TARGET_RATIO, TARGET_SYNC = 0.33, 0.10  # the issue's CPU targets: s/step vs TRL
 
 
 # ---------------------------------------------------------------------------- shared helpers
+def model_of(a: argparse.Namespace) -> str:
+    return getattr(a, "model", None) or MODEL
+
+
 def micro_batch(total: int, cap: int = 16) -> int:
     """The largest divisor of ``total`` up to ``cap`` (sequences per forward/backward)."""
     return max(d for d in range(1, min(cap, total) + 1) if total % d == 0)
@@ -212,7 +219,7 @@ def rlvr_recipe(a: argparse.Namespace, side: str) -> dict[str, Any]:
         "data": {"train_split": "train", "eval_split": "test", "seed": a.seed},
         "prompt": {"system": SYSTEM, "template": TEMPLATE},
         "rewards": {"math": {"weight": 1.0, "options": {"extract": EXTRACT}}},
-        "model": {"name": MODEL, "dtype": "bfloat16" if side == "rlvr-bf16" else "float32"},
+        "model": {"name": model_of(a), "dtype": "bfloat16" if side == "rlvr-bf16" else "float32"},
         "sampling": sampling,
         "trainer": {
             "steps": a.steps, "rollout_batch_size": a.prompts * a.k, "micro_batch_size": a.micro,
@@ -290,7 +297,7 @@ def run_trl(a: argparse.Namespace, work: Path) -> dict[str, Any]:
     result = work / "trl.json"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--_trl-worker", str(result),
            "--steps", str(a.steps), "--prompts", str(a.prompts), "--k", str(a.k), "--max-tokens", str(a.max_tokens),
-           "--lr", str(a.lr), "--seed", str(a.seed), "--micro", str(a.micro)]
+           "--lr", str(a.lr), "--seed", str(a.seed), "--micro", str(a.micro), "--model", model_of(a)]
     proc = run_monitored("TRL", cmd, work / "log.txt", a.timeout)
     if proc["returncode"] != 0 or not result.exists():
         raise RuntimeError(f"TRL run failed (exit {proc['returncode']}); last lines of {work / 'log.txt'}:\n"
@@ -325,7 +332,7 @@ def trl_worker(a: argparse.Namespace) -> None:
         row = rows[i]
         messages = [{"role": "system", "content": render(SYSTEM, row)}, {"role": "user", "content": render(TEMPLATE, row)}]
         records.append({"prompt": messages, "answer": row["answer"]})
-    model_path = resolve_model(MODEL)
+    model_path = resolve_model(model_of(a))
     tokenizer = AutoTokenizer.from_pretrained(model_path)
     trl_ids = tokenizer.apply_chat_template(records[0]["prompt"], add_generation_prompt=True, tokenize=True, return_dict=True)["input_ids"]
     rlvr_ids = render_prompt(tokenizer, PromptConfig(system=SYSTEM, template=TEMPLATE), rows[order[0]])
@@ -511,7 +518,7 @@ def side_verdict(side: str, r: dict[str, Any], t: dict[str, Any] | None) -> dict
 def report(summary: dict[str, dict[str, Any]], a: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Print both tables and each rlvr side's verdict; return the verdicts by side."""
     print()
-    print(f"model {MODEL} fp32 | task {TASK} {TASK_OPTIONS} | {a.prompts} prompts x K={a.k} a step "
+    print(f"model {model_of(a)} fp32 | task {TASK} {TASK_OPTIONS} | {a.prompts} prompts x K={a.k} a step "
           f"(micro-batch {a.micro}) | max {a.max_tokens} new tokens | lr {a.lr:g} | {a.steps} steps x {a.rounds} round(s)")
     print_table(summary, SIDES, COLUMNS)
     rlvr_sides = [side for side in RLVR_SIDES if side in summary]
@@ -541,6 +548,9 @@ def main() -> int:
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", choices=SIDES, default=None, help="run one side only (default: all)")
+    p.add_argument("--sides", default=None, help="comma-separated sides to run, e.g. rlvr,trl (default: all)")
+    p.add_argument("--model", default=MODEL, help=f"model alias, folder or hub id for both sides (default {MODEL}; "
+                   "e.g. qwen2.5-coder-0.5b-instruct)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds per run before it is killed")
     p.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "trl.json")
     p.add_argument("--keep", action="store_true", help="keep the runs' temporary folders (logs, metrics)")
@@ -554,18 +564,21 @@ def main() -> int:
     if a._trl_worker:
         trl_worker(a)
         return 0
-    if a.only in (None, "trl"):
+    chosen = [a.only] if a.only else a.sides.split(",") if a.sides else None
+    if chosen and not set(chosen) <= set(SIDES):
+        p.error(f"--sides: each of {', '.join(SIDES)}, not {a.sides}")
+    if not chosen or "trl" in chosen:
         missing = trl_missing()
         if missing:
             print(f"{missing}: pip install trl=={TRL_VERSION}", file=sys.stderr)
             return 2
     from rlvr.models.hub import resolve_model
 
-    print(f"model: {resolve_model(MODEL)}", flush=True)  # pulls it once, outside any timing
-    sides = [a.only] if a.only else list(SIDES)
+    print(f"model: {resolve_model(a.model)}", flush=True)  # pulls it once, outside any timing
+    sides = [side for side in SIDES if side in chosen] if chosen else list(SIDES)
     from rlvr.sampling.samplers import cpu_has_bf16
 
-    if not a.only and not cpu_has_bf16():
+    if not chosen and not cpu_has_bf16():
         sides.remove("rlvr-bf16")
         print("rlvr-bf16 left out: this CPU has no bf16 instructions (rlvr samples in fp32 here, the rlvr side)")
     work = Path(tempfile.mkdtemp(prefix="rlvr-bench-trl-"))
@@ -592,7 +605,7 @@ def main() -> int:
     a.out.parent.mkdir(parents=True, exist_ok=True)
     config = {k: v for k, v in vars(a).items() if k not in ("_trl_worker", "out")}
     a.out.write_text(json.dumps({
-        "config": {**config, "model": MODEL, "task": TASK, "task_options": TASK_OPTIONS, "system": SYSTEM,
+        "config": {**config, "model": a.model, "task": TASK, "task_options": TASK_OPTIONS, "system": SYSTEM,
                    "template": TEMPLATE, "trl_version": TRL_VERSION, "rlvr_server_sampling": SERVER_SAMPLING,
                    "targets": {"time_ratio": TARGET_RATIO, "sync_fraction": TARGET_SYNC}},
         "summary": summary, "verdict": verdict, "runs": runs,

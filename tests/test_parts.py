@@ -131,6 +131,40 @@ def test_a_raising_reward_is_counted_not_fatal():
     assert out.rewards == [None] * 8 and out.reward_errors == 8
 
 
+def test_a_response_prefix_is_part_of_every_answer_the_rewards_see_but_not_of_the_sampled_tokens():
+    seen = []
+
+    def record(prompts, completions, completion_ids):
+        seen.extend(zip(completions, completion_ids))
+        return [float(c.endswith("1")) for c in completions]
+
+    prod = producer(FakeSampler(), rewards=[reward(record)])
+    prod.prompts.prompts[:] = [Prompt([i, 100], f"prompt {i}", None, "```python\n") for i in range(10)]
+    out = prod.produce(0)
+    assert seen and all(text.startswith("```python\n") for text, _ in seen)
+    assert all(c.text.startswith("```python\n") and len(c.token_ids) == 2 for c in out.completions)
+    assert [ids for _, ids in seen] == [c.token_ids for c in out.completions]  # what was sampled, no more
+
+
+def test_a_response_prefix_is_rendered_after_the_generation_prompt(smollm_path):
+    from transformers import AutoTokenizer
+
+    from rlvr.recipe.spec import PromptConfig
+    from rlvr.sampling.prompts import render_all, with_prefix
+
+    tok = AutoTokenizer.from_pretrained(smollm_path)
+    plain, prefixed = (render_all(tok, PromptConfig(template="{{q}}", response_prefix=pre), [{"q": "Add 2 and 3."}])[0]
+                       for pre in ("", "<think>\n"))
+    tail = tok("<think>\n", add_special_tokens=False)["input_ids"]
+    assert prefixed.ids == plain.ids + tail and prefixed.prefix == "<think>\n" and plain.prefix == ""
+    assert prefixed.text.endswith("assistant\n<think>\n")
+    groups = with_prefix([[Completion("5</think>", [1], False)], [Completion("x", [2], False)]], [prefixed, plain])
+    assert [[c.text for c in g] for g in groups] == [["<think>\n5</think>"], ["x"]]
+    with pytest.raises(ValueError, match="response_prefix works on single answers"):
+        Recipe.model_validate({"name": "t", "task": "arithmetic", "rewards": {"math": {}}, "environment": "python",
+                               "prompt": {"response_prefix": "<think>"}})
+
+
 # ---------------------------------------------------------------------------- metrics
 def test_reduce_sums_without_ranks_is_identity():
     assert reduce_sums({"a": 1.5, "b_max": 2}) == {"a": 1.5, "b_max": 2}

@@ -23,7 +23,7 @@ from rlvr.rewards.runner import BoundReward, bind_rewards, score_batch
 from rlvr.runs.logs import ProgressLog
 from rlvr.runs.metrics import reduce_sums
 from rlvr.sampling.episodes import episode_runner, episode_sums, unscore_failed
-from rlvr.sampling.prompts import PromptSet, load_prompt_set
+from rlvr.sampling.prompts import PromptSet, load_prompt_set, with_prefix
 
 log = logging.getLogger("rlvr.evaluation")
 
@@ -76,7 +76,7 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
     if episodes is None:
         if progress_label and mine:  # asked for only then: a sampler of one's own need not take it
             options["progress"] = ProgressLog(progress_label, len(prompts) * n, log)
-        outs = sampler.generate([p.ids for p in prompts], **options) if mine else []
+        outs = with_prefix(sampler.generate([p.ids for p in prompts], **options), prompts) if mine else []
     else:
         rows = [eval_set.rows[i] for i in mine]
         outs, flat_rows, sums = (episodes.sample(sampler, rows, [p.ids for p in prompts], **options) if mine

@@ -98,6 +98,10 @@ class PromptConfig(Strict):
     # no {{column}} fields. Without a chat template: "user\n\nassistant\n\n" each, after the system text.
     # Train and eval rows whose rendered question is a shot's are left out (rlvr.sampling.prompts).
     shots: list[Shot] = Field(default_factory=list)
+    # Text the answer starts with (prefilled after the generation prompt; literal, no fields): the
+    # model continues it, and rewards, samples and logs see the answer with it, as EvalPlus's
+    # "```python\n" or an R1-style "<think>". It is prompt, never trained on. Not with environments.
+    response_prefix: str = ""
 
 
 # What a sample a weighted reward could not score (it raised, returned None, NaN or the wrong
@@ -489,6 +493,8 @@ class Recipe(Strict):
         if self.sampling.max_staleness and self.sampling.backend == "hf":
             raise ValueError("sampling.max_staleness >= 1 needs sampling.backend: vllm (the HF sampler generates "
                              "with the very weights being trained, so it cannot run ahead)")
+        if self.environment and (self.prompt.response_prefix or (self.eval.prompt and self.eval.prompt.response_prefix)):
+            raise ValueError("prompt.response_prefix works on single answers, not on an environment's episodes")
         return self
 
     @property

@@ -8,11 +8,14 @@ rewards see), so a prompt sampled K times is tokenized and decoded once.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
-from typing import Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Sequence
 
 from rlvr import RlvrError
 from rlvr.recipe.template import conversation_column, prompt_messages, prompt_text, render, row_conversation
+
+if TYPE_CHECKING:
+    from rlvr.sampling.samplers import Completion
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,8 @@ class Prompt:
     # The conversation rendered through the chat template (TRL's rewards get it as their prompt,
     # as TRL gives a conversational dataset's); None when the prompt is plain text.
     messages: list[dict] | None = None
+    # prompt.response_prefix: the start of the answer, prefilled (the last tokens of ``ids``)
+    prefix: str = ""
 
 
 def render_prompt(tokenizer, prompt_cfg, row: dict) -> list[int]:
@@ -38,13 +43,27 @@ def _render(tokenizer, prompt_cfg, row: dict) -> tuple[list[int], list[dict] | N
         if prompt_cfg.chat_template and row_conversation(prompt_cfg.template, row) is not None:
             raise RlvrError(f"column {conversation_column(prompt_cfg.template)!r} holds chat messages, but the "
                             "model's tokenizer has no chat template to render them: use a model that has one")
-        return tokenizer(prompt_text(prompt_cfg, row), add_special_tokens=True)["input_ids"], None
+        return tokenizer(prompt_text(prompt_cfg, row), add_special_tokens=True)["input_ids"] + \
+            prefix_ids(tokenizer, prompt_cfg), None
     messages = prompt_messages(prompt_cfg, row)
     # As TRL: a prompt ending with the assistant's turn is continued, any other gets the generation prompt.
     go_on = messages[-1]["role"] == "assistant"
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=not go_on, continue_final_message=go_on,
                                         tokenize=True)
-    return list(ids["input_ids"] if hasattr(ids, "keys") else ids), messages
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids) + prefix_ids(tokenizer, prompt_cfg), messages
+
+
+def prefix_ids(tokenizer, prompt_cfg) -> list[int]:
+    """The tokens of ``prompt.response_prefix``, put after the prompt (none when it is empty)."""
+    prefix = getattr(prompt_cfg, "response_prefix", "")
+    return tokenizer(prefix, add_special_tokens=False)["input_ids"] if prefix else []
+
+
+def with_prefix(groups: Sequence[Sequence[Completion]], prompts: Sequence[Prompt]) -> list[list[Completion]]:
+    """Each prompt's completions as answers: its ``prefix`` (prefilled, so never sampled) before
+    each text, for rewards, samples and logs; token ids stay the sampled ones."""
+    return [[replace(c, text=p.prefix + c.text) for c in group] if p.prefix else list(group)
+            for group, p in zip(groups, prompts)]
 
 
 def render_all(tokenizer, prompt_cfg, rows: Sequence[dict]) -> list[Prompt]:
@@ -52,7 +71,8 @@ def render_all(tokenizer, prompt_cfg, rows: Sequence[dict]) -> list[Prompt]:
     out = []
     for row in rows:
         ids, messages = _render(tokenizer, prompt_cfg, row)
-        out.append(Prompt(ids, tokenizer.decode(ids, skip_special_tokens=False), messages))
+        out.append(Prompt(ids, tokenizer.decode(ids, skip_special_tokens=False), messages,
+                          getattr(prompt_cfg, "response_prefix", "")))
     return out
 
 

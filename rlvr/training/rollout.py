@@ -18,7 +18,7 @@ from typing import Sequence
 from rlvr.rewards.runner import BoundReward, Unscored, score_batch
 from rlvr.runs.metrics import add_sums
 from rlvr.sampling.episodes import unscore_failed
-from rlvr.sampling.prompts import PromptSet
+from rlvr.sampling.prompts import PromptSet, with_prefix
 from rlvr.sampling.samplers import Completion, Sampler
 
 
@@ -117,7 +117,8 @@ class RolloutProducer:
         options = dict(n=k, temperature=self.sampling.temperature, top_p=self.sampling.top_p,
                        max_tokens=self.sampling.max_tokens, seed=seed, logprobs=self.logprobs)
         if self.episodes is None:
-            return self.sampler.generate(prompt_ids, **options), [r for r in rows for _ in range(k)], None
+            answers = with_prefix(self.sampler.generate(prompt_ids, **options), [self.prompts.prompts[i] for i in wanted])
+            return answers, [r for r in rows for _ in range(k)], None
         return self.episodes.sample(self.sampler, rows, prompt_ids, **options)
 
     def produce(self, step: int) -> Rollout:
