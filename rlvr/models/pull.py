@@ -186,7 +186,7 @@ def convert_gguf(gguf: Path, target: Path, spec: PyPIModel, alias: str) -> None:
 
 
 def source_note(spec: PyPIModel, alias: str) -> str:
-    parts = "\n".join(f"- `{wheel}`: `{member}`" for wheel, member in spec.parts())
+    parts = "\n".join(f"  - `{wheel}`: `{member}`" for wheel, member in spec.parts())
     return f"""# {alias}
 
 {spec.upstream} (Apache-2.0, {spec.copyright}; the license is in LICENSE), as written by
