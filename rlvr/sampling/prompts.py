@@ -34,28 +34,27 @@ def render_prompt(tokenizer, prompt_cfg, row: dict) -> list[int]:
     after the recipe's worked examples (``shots``) as earlier turns, then wrapped in the
     tokenizer's chat template (unless the recipe turns it off); a template that is one column of
     chat messages is that conversation (``rlvr.recipe.template.prompt_messages``)."""
-    return _render(tokenizer, prompt_cfg, row)[0]
+    return _render(tokenizer, prompt_cfg, row)[0] + prefix_ids(tokenizer, prompt_cfg)
 
 
 def _render(tokenizer, prompt_cfg, row: dict) -> tuple[list[int], list[dict] | None]:
-    """(token ids, the messages rendered or None for plain text)."""
+    """(token ids up to the answer's start, the messages rendered or None for plain text)."""
     if not prompt_cfg.chat_template or tokenizer.chat_template is None:
         if prompt_cfg.chat_template and row_conversation(prompt_cfg.template, row) is not None:
             raise RlvrError(f"column {conversation_column(prompt_cfg.template)!r} holds chat messages, but the "
                             "model's tokenizer has no chat template to render them: use a model that has one")
-        return tokenizer(prompt_text(prompt_cfg, row), add_special_tokens=True)["input_ids"] + \
-            prefix_ids(tokenizer, prompt_cfg), None
+        return tokenizer(prompt_text(prompt_cfg, row), add_special_tokens=True)["input_ids"], None
     messages = prompt_messages(prompt_cfg, row)
     # As TRL: a prompt ending with the assistant's turn is continued, any other gets the generation prompt.
     go_on = messages[-1]["role"] == "assistant"
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=not go_on, continue_final_message=go_on,
                                         tokenize=True)
-    return list(ids["input_ids"] if hasattr(ids, "keys") else ids) + prefix_ids(tokenizer, prompt_cfg), messages
+    return list(ids["input_ids"] if hasattr(ids, "keys") else ids), messages
 
 
 def prefix_ids(tokenizer, prompt_cfg) -> list[int]:
     """The tokens of ``prompt.response_prefix``, put after the prompt (none when it is empty)."""
-    prefix = getattr(prompt_cfg, "response_prefix", "")
+    prefix = prompt_cfg.response_prefix
     return tokenizer(prefix, add_special_tokens=False)["input_ids"] if prefix else []
 
 
@@ -67,12 +66,13 @@ def with_prefix(groups: Sequence[Sequence[Completion]], prompts: Sequence[Prompt
 
 
 def render_all(tokenizer, prompt_cfg, rows: Sequence[dict]) -> list[Prompt]:
-    """Every row's prompt, ids, text and messages, rendered once."""
-    out = []
+    """Every row's prompt, ids, text and messages, rendered once (the response prefix's tokens
+    once for all)."""
+    out, tail = [], prefix_ids(tokenizer, prompt_cfg)
     for row in rows:
         ids, messages = _render(tokenizer, prompt_cfg, row)
-        out.append(Prompt(ids, tokenizer.decode(ids, skip_special_tokens=False), messages,
-                          getattr(prompt_cfg, "response_prefix", "")))
+        ids = ids + tail
+        out.append(Prompt(ids, tokenizer.decode(ids, skip_special_tokens=False), messages, prompt_cfg.response_prefix))
     return out
 
 

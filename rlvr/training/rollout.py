@@ -112,13 +112,13 @@ class RolloutProducer:
 
     def _sample(self, wanted: list[int], k: int, seed: int):
         """(completions grouped by prompt, rows for the rewards, episode sums or None)."""
-        prompt_ids = [self.prompts.prompts[i].ids for i in wanted]
+        prompts = [self.prompts.prompts[i] for i in wanted]
+        prompt_ids = [p.ids for p in prompts]
         rows = [self.prompts.rows[i] for i in wanted]
         options = dict(n=k, temperature=self.sampling.temperature, top_p=self.sampling.top_p,
                        max_tokens=self.sampling.max_tokens, seed=seed, logprobs=self.logprobs)
         if self.episodes is None:
-            answers = with_prefix(self.sampler.generate(prompt_ids, **options), [self.prompts.prompts[i] for i in wanted])
-            return answers, [r for r in rows for _ in range(k)], None
+            return with_prefix(self.sampler.generate(prompt_ids, **options), prompts), [r for r in rows for _ in range(k)], None
         return self.episodes.sample(self.sampler, rows, prompt_ids, **options)
 
     def produce(self, step: int) -> Rollout:
