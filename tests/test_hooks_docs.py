@@ -2,16 +2,19 @@
 
 Every hookspec has a section in docs/hooks.md headed by its exact signature; every argument of the
 ``register`` callback the host really passes is documented in the docstring and in the docs, and has
-the signature of the hookspec's Protocol; what the docs say about a reward's parameters is what
-``reward_signature`` does; and every code block in docs/hooks.md runs.
+the signature of the hookspec's Protocol; the reward contract is written once, in docs/hooks.md, and
+what it says about a reward's parameters is what ``reward_signature`` does; and every code block in
+docs/hooks.md runs.
 """
 
 import inspect
 import itertools
 import re
-import textwrap
+import subprocess
+import sys
 import types
 import typing
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -22,7 +25,8 @@ from rlvr.host.registry import get_plugin_manager, load_registry, reward_signatu
 from rlvr.rewards.runner import BoundReward, run_reward
 from test_readme import check_recipe, fenced_blocks, recipe_blocks
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "hooks.md"
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs" / "hooks.md"
 HOOKS = sorted(
     name for name in dir(hookspecs)
     if get_plugin_manager(load_entry_points=False).parse_hookspec_opts(hookspecs, name) is not None
@@ -117,13 +121,10 @@ def check_contract_bullets(text: str, fn: typing.Callable) -> set[str]:
     return named
 
 
-def docstring_reward_example() -> tuple[str, typing.Callable]:
-    """The commented ``def fn(...)`` in rlvr_register_rewards' docstring, and that function."""
-    doc = inspect.getdoc(hookspecs.rlvr_register_rewards)
-    example = textwrap.dedent(re.search(r"::\n\n(.*?\):.*?)\n\n", doc, re.S).group(1))
-    namespace = {}
-    exec(example + "\n    pass", namespace)
-    return example, namespace["fn"]
+def docs_reward_example() -> tuple[str, typing.Callable]:
+    """docs/hooks.md's commented example reward (its first python block), and that function."""
+    source = fenced_blocks(DOCS, "python")[0]
+    return source, docs_plugin(0, source).exact
 
 
 def test_every_hookspec_has_a_docs_section_with_its_signature():
@@ -155,10 +156,28 @@ def test_register_callback_matches_its_protocol_and_its_docs(name):
 
 
 def test_reward_contract_is_what_reward_signature_does():
-    example, fn = docstring_reward_example()
-    assert check_parameter_comments(example, fn) == set(CLASSES)
+    """Every kind of parameter the contract names is stated, and stated as the host treats it."""
+    example, fn = docs_reward_example()
+    assert check_parameter_comments(example, fn) >= set(CLASSES) - {"gets every other column"}
+
+    def full(prompts, completions, completion_ids, *, answer, aliases=None, strict=True, **columns):
+        pass
+
     section = docs_sections()[spec_heading("rlvr_register_rewards")]
-    assert check_contract_bullets(section, fn) == set(CLASSES)
+    assert check_contract_bullets(section, full) == set(CLASSES)
+
+
+def test_reward_contract_is_written_once():
+    """The hookspec's docstring and the README point to docs/hooks.md's contract instead of
+    restating it (a second copy is one that can drift)."""
+    docstring = inspect.getdoc(hookspecs.rlvr_register_rewards)
+    readme = (ROOT / "README.md").read_text()
+    assert "### The reward contract" in docs_sections()[spec_heading("rlvr_register_rewards")]
+    assert "docs/hooks.md" in docstring and "docs/hooks.md#the-reward-contract" in readme
+    for name, text in (("the rlvr_register_rewards docstring", docstring), ("README.md", readme)):
+        stated = [line for line in text.replace("`", "").splitlines()
+                  if PARAM_COMMENT.match(line) or re.match(rf"^\s*- ({'|'.join(map(re.escape, KINDS))}):", line)]
+        assert not stated, f"{name} restates the reward contract: {stated}"
 
 
 def test_reward_contract_checker_catches_a_wrong_statement():
@@ -206,3 +225,34 @@ def test_docs_recipe_validates_against_the_docs_plugins(tmp_path):
     assert recipes
     for index, text in enumerate(recipes):
         check_recipe(text, registry, tmp_path, f"hooks-md-{index}")
+
+
+def build_wheel(folder: Path) -> subprocess.CompletedProcess:
+    """Build ``folder``'s wheel with this venv's setuptools, offline (as ``pip install
+    --no-build-isolation`` would), into ``folder/dist``."""
+    code = "from setuptools import build_meta; print(build_meta.build_wheel('dist'))"
+    return subprocess.run([sys.executable, "-c", code], cwd=folder, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+def test_packaging_pyproject_builds_beside_a_recipes_folder(tmp_path):
+    """A plugin package with rlvr_exact/ and recipes/ folders builds from docs/hooks.md's
+    pyproject.toml, and its wheel carries the package and the entry point (not the recipes as a package)."""
+    source = next(b for b in fenced_blocks(DOCS, "python") if b.startswith("# rlvr_exact/__init__.py"))
+    pyproject = next(b for b in fenced_blocks(DOCS, "toml") if b.startswith("# pyproject.toml") and "rlvr_exact" in b)
+    (tmp_path / "rlvr_exact").mkdir()
+    (tmp_path / "rlvr_exact" / "__init__.py").write_text(source)
+    (tmp_path / "recipes").mkdir()
+    (tmp_path / "recipes" / "exact.yaml").write_text("name: exact\n")
+    (tmp_path / "pyproject.toml").write_text(pyproject)
+    built = build_wheel(tmp_path)
+    assert built.returncode == 0, built.stderr[-2000:]
+    with zipfile.ZipFile(tmp_path / "dist" / built.stdout.strip().splitlines()[-1]) as wheel:
+        names = wheel.namelist()
+        entry_points = next(wheel.read(n).decode() for n in names if n.endswith("entry_points.txt"))
+    assert "rlvr_exact/__init__.py" in names and not any(n.startswith("recipes/") for n in names)
+    assert re.search(r"^\[rlvr\]\nexact = rlvr_exact$", entry_points, re.M), entry_points
+
+    # Without naming the package, the same folder is what setuptools stops at: the check above bites.
+    (tmp_path / "pyproject.toml").write_text(pyproject.split("[tool.setuptools]")[0])
+    assert "Multiple top-level packages" in build_wheel(tmp_path).stderr

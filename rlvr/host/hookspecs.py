@@ -53,25 +53,11 @@ def rlvr_register_rewards(register: RegisterReward) -> None:
 
     :param register: The host's callback, :class:`RegisterReward`.
     :param name: The reward's name in recipes and on the command line (letters, digits, ``_-.``).
-    :param fn: The reward, ``fn(prompts, completions, completion_ids, *, ...)``: three lists
-        passed positionally, one item per completion (``completion_ids`` are token ids, or
-        ``None`` where there are none). Its keyword-only parameters say what else it gets::
-
-            def fn(prompts, completions, completion_ids, *,
-                   answer,           # no default: a required column
-                   aliases=None,     # default None: an optional column, passed when the rows have it
-                   strict=True,      # any other default: an option a recipe sets
-                   **columns):       # **kwargs: gets every other column
-
-        Each column arrives as a list, one value per completion; a recipe maps a task's
-        differently named column onto a parameter with ``rewards.NAME.columns``. ``fn`` returns one
-        ``float | None | rlvr.Score`` per completion and may be ``async``. ``None`` means
-        "cannot score this one": it is left out of the baseline and counted. An optional column
-        is ``None`` for the records that lack it. When a call on a batch raises (or returns the
-        wrong number of values), each record is scored alone, so only the records whose own call
-        fails get ``None``; they are logged with the reward's name and counted, and training goes
-        on. Options are checked from their annotations (``Literal[...]``, ``Annotated`` ranges;
-        see docs/hooks.md) by ``rlvr validate``, ``train``, ``eval`` and ``score``.
+    :param fn: The reward, ``fn(prompts, completions, completion_ids, *, columns..., options...)``,
+        returning one ``float | None | rlvr.Score`` per completion. Which keyword-only parameters
+        are columns and which are options, what ``None`` means, how options are checked and what
+        happens when it raises: the reward contract, written once in docs/hooks.md
+        ("The reward contract") and tested against ``rlvr.host.registry.reward_signature``.
     :param description: One line for ``rlvr rewards``; default: the first line of ``fn``'s docstring.
     :param gold: The columns ``fn`` checks against as the answer key (``answer``, unit tests).
         ``rlvr validate`` refuses a recipe whose prompt shows one of them unless the recipe lists
