@@ -7,7 +7,7 @@ How each way moves the trainer's full weights into a vLLM engine on this machine
   ``reload_weights`` from it (a full copy through the filesystem every step);
 - ``broadcast, child``: ``sampling.mode: colocate`` with several ranks: the rank's engine in a
   child process, weights by gloo broadcast in ``sampling.sync_bucket_mb`` buckets through
-  vLLM's weight-transfer routes (``rlvr.sampling.weight_sync``);
+  vLLM's weight-transfer routes (``rlvr.sampling.transfer``);
 - ``broadcast, server``: ``sampling.mode: server``: the same broadcast into vLLM's OpenAI server
   process, its control plane over HTTP;
 - ``shared, child`` and ``shared, server``: the same two with ``sampling.sync_transport: shared``
@@ -77,15 +77,17 @@ def worker(model_path: str, way: str, bucket_mb: int, repeats: int, check: bool)
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rlvr.sampling.samplers import VLLMSampler, _repack_cpu_lm_heads, hf_state_for_sync
+    from rlvr.sampling.samplers import VLLMSampler
+    from rlvr.sampling.transfer.receiver import repack_in_worker
+    from rlvr.training.policy import exported_weights
 
     model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32)
-    nbytes = sum(p.numel() * p.element_size() for _, p in hf_state_for_sync(model, zero3=False))
+    nbytes = sum(p.numel() * p.element_size() for _, p in exported_weights(model, zero3=False))
     proc = None
     transport = "shared" if way.startswith("shared-") else "broadcast"
     if way.endswith("-server"):
         from rlvr.sampling.server import SamplerProcess, ServerSampler, server_command, server_env
-        from rlvr.sampling.weight_sync import free_port
+        from rlvr.models.distributed import free_port
 
         from rlvr.sampling.auth import new_secret
 
@@ -107,15 +109,15 @@ def worker(model_path: str, way: str, bucket_mb: int, repeats: int, check: bool)
 
         folder = tempfile.mkdtemp(prefix="rlvr-bench-sync-", dir="/dev/shm")
         try:
-            save_file({k: v.contiguous() for k, v in hf_state_for_sync(model, zero3=False)},
+            save_file({k: v.contiguous() for k, v in exported_weights(model, zero3=False)},
                       os.path.join(folder, "model.safetensors"))
             sampler.llm.collective_rpc("reload_weights", kwargs={"weights_path": folder})
-            sampler.llm.collective_rpc(_repack_cpu_lm_heads)
+            sampler.llm.collective_rpc(repack_in_worker)
             sampler.llm.reset_prefix_cache()
         finally:
             shutil.rmtree(folder, ignore_errors=True)
 
-    sync = via_files if way == "files" else lambda: sampler.load_weights(hf_state_for_sync(model, zero3=False))
+    sync = via_files if way == "files" else lambda: sampler.load_weights(exported_weights(model, zero3=False))
     times = []
     try:
         with torch.no_grad():

@@ -14,99 +14,9 @@ import pytest
 
 pytestmark = pytest.mark.slow  # every test here trains or starts vLLM
 
-from conftest import RLVR
-
-METRIC_KEYS = {
-    "step", "reward_mean", "reward_std", "zero_variance_frac", "unscorable", "kl", "clip_low_frac",
-    "clip_high_frac", "entropy", "completion_len_mean", "completion_len_max", "truncated_frac", "grad_norm",
-    "lr", "time_generate", "time_score", "time_train", "time_sync", "tokens_per_s", "reward/even_tokens",
-}
-
-# The sampler's dtype is pinned: "auto" is bfloat16 on CPUs with bf16 instructions and float32 on
-# the others, and these tests check that the sampler computes what the trainer (float32) does.
-# test_vllm_weight_sync_matches_trainer covers a bfloat16 sampler with its own tolerance.
-RECIPE = """
-name: tiny
-task: {{name: arithmetic, options: {{size: 64}}}}
-prompt: {{template: "{{{{question}}}}", system: "Answer in \\\\boxed{{}}."}}
-rewards:
-  even_tokens: 1.0
-model: {{name: {model}}}
-sampling: {{backend: {backend}, num_generations: 4, max_tokens: 12, dtype: float32}}
-trainer: {{steps: {steps}, rollout_batch_size: 16, micro_batch_size: 4, lr: 1.0e-3, schedule: linear, zero_stage: {zero}, save_every: 1, keep_last: 2}}
-algorithm: {{clip: {{eps_low: 0.2, eps_high: 0.28}}, ppo_epochs: 2, kl: {{beta: 0.01, estimator: k3, target: loss}}}}
-"""
-
-
-@pytest.fixture(scope="module")
-def test_plugin(tmp_path_factory):
-    """A throwaway plugin package on PYTHONPATH, found through a real entry point."""
-    root = tmp_path_factory.mktemp("plugin")
-    (root / "rlvr_testplug.py").write_text(textwrap.dedent('''
-        from rlvr import hookimpl
-
-        def even_tokens(prompts, completions, completion_ids):
-            """Share of even token ids: varies between samples of a random model."""
-            return [sum(t % 2 == 0 for t in ids) / max(1, len(ids)) for ids in completion_ids]
-
-        @hookimpl
-        def rlvr_register_rewards(register):
-            register("even_tokens", even_tokens)
-
-        class Ticker:
-            """A random model's turn soon has an "e" in it; each is answered inline, twice."""
-            stop = ("e",)
-
-            def __init__(self, row, replies):
-                self.state = {"replies": 0, "left": replies}
-
-            def step(self, turn):
-                from rlvr import Reply
-
-                self.state["replies"] += 1
-                self.state["left"] -= 1
-                return Reply(f" [tick {self.state['replies']}]", done=self.state["left"] <= 0,
-                             metrics={"tool_calls": 1})
-
-        def ticker(row, *, replies: int = 2):
-            """Answers every turn of the policy with a tick."""
-            return Ticker(row, replies)
-
-        @hookimpl
-        def rlvr_register_environments(register):
-            register("ticker", ticker)
-    '''))
-    info = root / "rlvr_testplug-0.0.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlvr-testplug\nVersion: 0.0\n")
-    (info / "entry_points.txt").write_text("[rlvr]\ntestplug = rlvr_testplug\n")
-    return root
-
-
-def make_run(tmp_path, tiny_model, test_plugin, backend="hf", zero=2, steps=2):
-    recipe = tmp_path / "tiny.yaml"
-    recipe.write_text(RECIPE.format(model=tiny_model, backend=backend, zero=zero, steps=steps))
-    env = {**os.environ, "PYTHONPATH": str(test_plugin), "RLVR_LOAD_PLUGINS": "tasks,testplug"}
-    return recipe, env
-
-
-def rows(out_dir):
-    return [json.loads(line) for line in (out_dir / "metrics.jsonl").read_text().splitlines()]
-
-
-def train_two_steps(recipe, out, env, *sets: str, verbose: bool = False) -> list[dict]:
-    """`rlvr train` a 2-step recipe; it must succeed and log one row with every key per step.
-    The terminal shows rlvr's lines only (everything with --verbose); train.log gets everything."""
-    cmd = [RLVR, "train", recipe, "--output-dir", out] + [arg for kv in sets for arg in ("--set", kv)]
-    done = subprocess.run(cmd + ["--verbose"] * verbose, env=env, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    metrics = rows(out)
-    assert [r["step"] for r in metrics] == [1, 2]
-    assert METRIC_KEYS <= set(metrics[0])
-    terminal, log = done.stdout + done.stderr, (out / "train.log").read_text()
-    assert "step 2/2  reward" in terminal and "step 2/2  reward" in log
-    assert "Loading weights" in log and ("Loading weights" in terminal) == verbose  # a third-party progress bar
-    return metrics
+from helpers import RLVR
+from helpers.runs import (
+    assert_sampler_holds_trainer_weights, make_run, rows, train_two_ranks, train_two_steps)
 
 
 def test_two_steps_hf_sampler(tmp_path, tiny_model, test_plugin):
@@ -163,7 +73,8 @@ def test_existing_run_needs_resume(tmp_path, tiny_model, test_plugin):
 SYNC_CHECK = '''
 import sys, torch
 from transformers import AutoModelForCausalLM
-from rlvr.sampling.samplers import VLLMSampler, hf_state_for_sync
+from rlvr.sampling.samplers import VLLMSampler
+from rlvr.training.policy import exported_weights
 
 path, dtype, way = sys.argv[1], sys.argv[2], sys.argv[3]
 exact = dtype == "float32"  # the trainer's dtype: the sampler computes what the trainer does
@@ -178,7 +89,7 @@ before = sampler.generate(prompt, n=1, temperature=0.0, top_p=1.0, max_tokens=8)
 with torch.no_grad():
     for p in model.parameters():
         p.add_(torch.randn_like(p) * 0.5)
-sampler.load_weights(hf_state_for_sync(model, zero3=False))
+sampler.load_weights(exported_weights(model, zero3=False))
 if way == "in-process":
     vllm_model = sampler.llm.llm_engine.model_executor.driver_worker.worker.model_runner.model
     theirs = dict(vllm_model.named_parameters())
@@ -198,7 +109,7 @@ if heads[0] is heads[1]:
 for head in heads:
     with torch.no_grad():
         head.add_(torch.randn_like(head), alpha=0.5)
-    sampler.load_weights(hf_state_for_sync(model, zero3=False))
+    sampler.load_weights(exported_weights(model, zero3=False))
     again = sampler.generate(prompt, n=1, temperature=0.0, top_p=1.0, max_tokens=8)[0][0].token_ids
     hf = model.generate(torch.tensor(prompt), max_new_tokens=8, do_sample=False)[0, 5:].tolist()
     assert again == hf or not exact, (again, hf)
@@ -216,7 +127,7 @@ torch.manual_seed(1)
 with torch.no_grad():
     for p in model.parameters():
         p.add_(torch.randn_like(p) * 0.05)
-sampler.load_weights(hf_state_for_sync(model, zero3=False))
+sampler.load_weights(exported_weights(model, zero3=False))
 groups = sampler.generate([[1, 2, 3, 4, 5], [7, 8, 9]], n=3, temperature=0.7, top_p=1.0, max_tokens=6, logprobs=True)
 learner = Learner(None, AlgorithmConfig(), micro_batch_size=6, temperature=0.7, pad_id=0, device=torch.device("cpu"),
                   share_prompts=True)
@@ -318,25 +229,6 @@ def assert_paired_with_before(evals: list[dict]) -> None:
         assert c["before"] == pytest.approx(first["accuracy"]) and c["after"] == pytest.approx(e["accuracy"])
         assert c["change"] == pytest.approx(e["accuracy"] - first["accuracy"])
         assert c["ci95"][0] <= c["change"] <= c["ci95"][1] and 0 <= c["p"] <= 1
-
-
-def train_two_ranks(recipe, out, env, port: int, *sets: str) -> list[dict]:
-    """`rlvr train` a 2-step recipe on two CPU ranks (torchrun, gloo); it must succeed and log steps 0, 1."""
-    env = {**env, "DS_ACCELERATOR": "cpu", "OMP_NUM_THREADS": "1", "PYTHONFAULTHANDLER": "1"}  # a crash shows every thread
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-           "-m", "rlvr.cli", "train", str(recipe), "--output-dir", str(out)] + [a for kv in sets for a in ("--set", kv)]
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    assert done.returncode == 0, done.stderr[-8000:]  # with the threads a crash dumped
-    metrics = rows(out)
-    assert [r["step"] for r in metrics] == [1, 2]
-    return metrics
-
-
-def assert_sampler_holds_trainer_weights(metrics: list[dict]) -> None:
-    """Same weights and dtype in sampler and trainer (float32, pinned in RECIPE) after every sync:
-    importance weights 1 and the sampler-trainer mismatch ~0."""
-    for r in metrics:
-        assert r["is_weight_mean"] == pytest.approx(1.0, abs=2e-3) and r["mismatch_k3"] < 1e-4, r
 
 
 def test_kill_9_then_resume_keeps_one_row_per_step(tmp_path, tiny_model, test_plugin):

@@ -1,5 +1,5 @@
 """Server mode: vLLM in a process of its own, weights by collective broadcast (rlvr.sampling.server,
-rlvr.sampling.weight_sync). Tiny random-init model on CPU."""
+rlvr.sampling.transfer). Tiny random-init model on CPU."""
 
 import os
 import signal
@@ -8,32 +8,15 @@ import time
 
 import pytest
 
-from conftest import RLVR, wait_until
-from test_engine import (  # noqa: F401 - test_plugin is a fixture
-    assert_sampler_holds_trainer_weights, make_run, rows, test_plugin, train_two_ranks, train_two_steps)
+from helpers import RLVR, wait_until
+from helpers.runs import (
+    assert_sampler_holds_trainer_weights, make_run, rows, sampler_pids, train_two_ranks, train_two_steps)
 
 from rlvr.sampling.auth import ROUTES, SECRET_ENV, auth_headers
 
 pytestmark = pytest.mark.slow  # every test here starts vLLM
 
 HAND_SECRET = "the-hand-started-samplers-secret"
-
-
-def sampler_pids(out_dir) -> list[int]:
-    """Processes of this run's sampler (vLLM's server and its children): those whose environment
-    carries the test's RLVR_TEST_RUN marker, other than the trainer (gone by then)."""
-    found = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                env = f.read()
-        except OSError:
-            continue
-        if f"RLVR_TEST_RUN={out_dir}".encode() in env:
-            found.append(int(pid))
-    return found
 
 
 def _start(recipe, out, env, *sets):
@@ -157,7 +140,7 @@ def hand_started(tmp_path_factory, tiny_model, test_plugin):
     name it in sampling.server.urls (each vLLM start costs about half a minute)."""
     import requests
 
-    from rlvr.sampling.weight_sync import free_port
+    from rlvr.models.distributed import free_port
 
     root = tmp_path_factory.mktemp("hand")
     recipe, env = make_run(root, tiny_model, test_plugin, backend="vllm")
@@ -277,12 +260,12 @@ def test_a_second_process_cannot_push_weights(hand_started, tiny_model):
 
     from rlvr import RlvrError
     from rlvr.sampling.server import SamplerHTTP
-    from rlvr.sampling.weight_sync import Broadcaster
+    from rlvr.sampling.transfer.sender import WeightSender
 
     sampler, urls = hand_started
     url = urls.split("[", 1)[1].rstrip("]")
     before = _greedy(url, HAND_SECRET)
-    stranger = Broadcaster([SamplerHTTP(url, "a-guess-at-the-secret-0123", 30)], [1], timeout_s=30)
+    stranger = WeightSender([SamplerHTTP(url, "a-guess-at-the-secret-0123", 30)], [1], timeout_s=30)
     with pytest.raises(RlvrError, match="refused rlvr's secret"):
         stranger.send([("model.norm.weight", torch.zeros(128))])
     stranger.close()

@@ -16,8 +16,9 @@ from rlvr import RlvrError
 from rlvr.recipe.load import load_recipe
 from rlvr.sampling.samplers import sampler_dtype
 from rlvr.sampling.server import _last_error, server_command, server_env
-from rlvr.sampling.weight_sync import BACKEND
-from test_recipe import BASE  # the smallest valid recipe
+from rlvr.sampling.transfer import BACKEND
+from helpers.recipes import BASE  # the smallest valid recipe
+from helpers.skips import expected_skip
 
 
 
@@ -346,7 +347,7 @@ def test_sampler_sizes_its_cpu_kv_cache_for_the_run_it_serves(sampler_recipe, se
     from rlvr.sampling.samplers import kv_cache_bytes
 
     if torch.cuda.is_available():
-        pytest.skip("on GPUs vLLM sizes its cache from gpu_memory_utilization")
+        expected_skip("on GPUs vLLM sizes its cache from gpu_memory_utilization")
     config = json.loads((served_model / "config.json").read_text())
     train_longest, eval_longest = longest_prompt(sampler_recipe, "train"), longest_prompt(sampler_recipe, "eval")
     result = rlvr("sampler", sampler_recipe, "--print-command", "--set", "sampling.cpu_kvcache_gib=auto")
@@ -639,7 +640,7 @@ def test_a_sampler_that_dies_or_hangs_is_named_in_one_line(tmp_path, fault):
     import time
 
     from rlvr.sampling.server import SamplerProcess, ServerSampler
-    from rlvr.sampling.weight_sync import free_port
+    from rlvr.models.distributed import free_port
 
     port = free_port()
     script = tmp_path / "fake_server.py"

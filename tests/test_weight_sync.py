@@ -1,6 +1,7 @@
-"""rlvr.sampling.weight_sync without vLLM: packing tensors into flat buckets, the gloo group between
-processes, and ``Broadcaster`` end to end against fake samplers whose workers are threads that
-receive the way ``RlvrWeightTransferEngine.receive_weights`` does."""
+"""rlvr.sampling.transfer without vLLM: packing tensors into flat buckets, the gloo group between
+processes, the transport registry, and ``WeightSender`` end to end against fake samplers whose
+workers are threads or processes that receive through the transports' own ``Receiver``, as
+``RlvrWeightTransferEngine.receive_weights`` does inside vLLM."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr.sampling.weight_sync import ALIGN, Broadcaster, TensorMeta, broadcast, bucket_size, buckets, listen, open_group, pack, unpack
+from rlvr.models.distributed import listen
+from rlvr.sampling.transfer import transport
+from rlvr.sampling.transfer.broadcast import broadcast, open_group
+from rlvr.sampling.transfer.sender import WeightSender
+from rlvr.sampling.transfer.wire import ALIGN, TensorMeta, bucket_size, buckets, metas_of_info, pack, unpack
 
 ROOT = Path(__file__).resolve().parents[1]
 CPU = torch.device("cpu")
@@ -132,7 +137,8 @@ def test_buckets_read_the_weights_lazily():
 
 RECEIVER = textwrap.dedent("""
     import json, sys, torch
-    from rlvr.sampling.weight_sync import TensorMeta, broadcast, bucket_size, open_group, unpack
+    from rlvr.sampling.transfer.broadcast import broadcast, open_group
+    from rlvr.sampling.transfer.wire import TensorMeta, bucket_size, unpack
 
     port, spec, out = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
     group, store = open_group("127.0.0.1", port, 1, 2, 20.0, torch.device("cpu"))
@@ -171,17 +177,17 @@ def test_two_processes_receive_every_bucket_bit_exact(tmp_path):
         assert same_bits(original, received[name]), name
 
 
-# ---- Broadcaster end to end -----------------------------------------------------------------------
+# ---- WeightSender end to end ----------------------------------------------------------------------
 
 class ThreadSampler:
     """A ``SyncClient`` whose ``workers`` receiving ranks are threads of this process; each does
-    what ``RlvrWeightTransferEngine`` does in a vLLM worker (join at its rank offset, receive one
-    bucket per ``update_weights``, load its views)."""
+    what ``RlvrWeightTransferEngine`` does in a vLLM worker (the transport's ``Receiver`` at its
+    rank offset, one bucket per ``update_weights``, load its views)."""
 
     def __init__(self, workers: int, log: list, lock: threading.Lock, *, join: bool = True, receive: bool = True):
         self.workers, self.log, self.lock, self.join, self.receive = workers, log, lock, join, receive
         self.init_info: dict | None = None
-        self.groups: list = []
+        self.receivers: list = []
         self.loaded: list[dict[str, torch.Tensor]] = [{} for _ in range(workers)]
 
     def _note(self, entry) -> None:
@@ -193,14 +199,14 @@ class ThreadSampler:
         self.init_info = json.loads(json.dumps(init_info))  # as it reaches a server: JSON
         if not self.join:
             return
-        i = init_info
+        i = self.init_info
 
         def join(k):
-            return open_group(i["master_address"], i["master_port"], i["rank_offset"] + k, i["world_size"],
-                              i["timeout_s"], CPU, prefix=i["group_key"])
+            return transport(i["transport"]).Receiver(i["options"], rank=i["rank_offset"] + k, world=i["world_size"],
+                                                      device=CPU)
 
         with ThreadPoolExecutor(self.workers) as pool:
-            self.groups = list(pool.map(join, range(self.workers)))
+            self.receivers = list(pool.map(join, range(self.workers)))
 
     def start_weight_update(self):
         self._note("start")
@@ -210,12 +216,10 @@ class ThreadSampler:
         self._note(("update", tuple(update_info["names"])))
         if not self.receive:
             return
-        metas = [TensorMeta(n, d, tuple(s)) for n, d, s in
-                 zip(update_info["names"], update_info["dtype_names"], update_info["shapes"])]
+        metas = metas_of_info(update_info)
 
         def receive(k):
-            buffer = torch.empty(bucket_size(metas), dtype=torch.uint8)
-            broadcast(self.groups[k][0], buffer)
+            buffer = self.receivers[k].receive(metas, update_info["transport"])
             self.loaded[k].update({n: t.clone() for n, t in unpack(buffer, metas)})
 
         with ThreadPoolExecutor(self.workers) as pool:
@@ -228,12 +232,12 @@ class ThreadSampler:
 def test_broadcaster_sends_every_bucket_to_every_worker_of_every_sampler():
     log, lock = [], threading.Lock()
     samplers = [ThreadSampler(1, log, lock), ThreadSampler(2, log, lock)]
-    sender = Broadcaster(samplers, [1, 2], bucket_bytes=256, timeout_s=20.0)
+    sender = WeightSender(samplers, [1, 2], bucket_bytes=256, timeout_s=20.0)
     for step in (1, 2):
         weights = mixed_weights(seed=step)
         expected = list(buckets(weights, 256))
         log.clear()
-        figures = sender.send(w for w in weights)  # a generator, as hf_state_for_sync gives
+        figures = sender.send(w for w in weights)  # a generator, as exported_weights gives
         assert figures == {"sync_bytes": float(sum(bucket_size(pack(p)[1]) for p in expected)),
                            "sync_buckets": float(len(expected))}
         assert sender.version == step
@@ -251,27 +255,29 @@ def test_broadcaster_sends_every_bucket_to_every_worker_of_every_sampler():
         assert max(at["start"]) < min(at["update"]) and max(at["update"]) < min(at["finish"])
     infos = [s.init_info for s in samplers]
     assert [i["rank_offset"] for i in infos] == [1, 2] and {i["world_size"] for i in infos} == {4}
-    assert infos[0]["master_port"] == infos[1]["master_port"] and infos[0]["timeout_s"] == 20.0
+    assert {i["transport"] for i in infos} == {"broadcast"}
+    options = [i["options"] for i in infos]
+    assert options[0] == options[1] and options[0]["timeout_s"] == 20.0 and options[0]["master_address"] == "127.0.0.1"
+    for s in samplers:
+        for r in s.receivers:
+            r.close()
 
 
 # ---- shared buffers: the samplers on this host's CPU map the sender's buckets ---------------------
 
 MAPPER = textwrap.dedent("""
     import json, sys, torch
-    from rlvr.sampling.weight_sync import SHARED_PATH, TensorMeta, map_shared, unpack
+    from rlvr.sampling.transfer.shared import Receiver
+    from rlvr.sampling.transfer.wire import metas_of_info, unpack
 
-    mapped, received = {}, {}
+    end, received = Receiver({}, rank=1, world=2, device=torch.device("cpu")), {}
     for line in sys.stdin:  # one update_info a line, as the worker engine gets it; "done" at the end
         if line.strip() == "done":
             break
         info = json.loads(line)
-        assert SHARED_PATH.fullmatch(info["shared_path"]), info["shared_path"]
-        path = info["shared_path"]
-        if path not in mapped or mapped[path].numel() < info["shared_bytes"]:
-            mapped[path] = map_shared(path, info["shared_bytes"])
-        metas = [TensorMeta(n, d, tuple(s)) for n, d, s in zip(info["names"], info["dtype_names"], info["shapes"])]
-        received.update({n: t.clone() for n, t in unpack(mapped[path], metas)})
-        print(len(mapped), flush=True)  # the update returns once the bucket is loaded
+        metas = metas_of_info(info)
+        received.update({n: t.clone() for n, t in unpack(end.receive(metas, info["transport"]), metas)})
+        print(len(end.mapped), flush=True)  # the update returns once the bucket is loaded
     torch.save(received, sys.argv[1])
 """)
 
@@ -315,7 +321,7 @@ def test_shared_buffers_reach_another_process_bit_exact_and_grow_for_a_large_ten
     expected = list(buckets(weights, 256))
     assert len(expected) > 3
     samplers = [ProcessSampler(tmp_path / "a.pt"), ProcessSampler(tmp_path / "b.pt")]
-    sender = Broadcaster(samplers, [1, 1], bucket_bytes=256, transport="shared")
+    sender = WeightSender(samplers, [1, 1], bucket_bytes=256, transport_name="shared")
     try:
         figures = sender.send(w for w in weights)
         assert figures["sync_buckets"] == len(expected)
@@ -327,24 +333,46 @@ def test_shared_buffers_reach_another_process_bit_exact_and_grow_for_a_large_ten
                 assert same_bits(original, got[name]), name
             # two buffers in turn; the one the large tensor went through grew in place (same path)
             assert max(s.mapped) == 2
-        assert sender.shared.sizes[0] != sender.shared.sizes[1] and max(sender.shared.sizes) >= 1200
+        sizes = sender.end.buffers.sizes
+        assert sizes[0] != sizes[1] and max(sizes) >= 1200
     finally:
         sender.close()
         for s in samplers:
             s.proc.kill()
-    assert sender.shared is None
+    assert sender.end.buffers is None
 
 
 def test_shared_transport_is_chosen_only_for_samplers_on_this_hosts_cpu():
     from rlvr import RlvrError
-    from rlvr.sampling.samplers import sync_transport
+    from rlvr.sampling.transfer import choose_transport
 
-    assert sync_transport("auto", on_cpu=True, local=True) == "shared"
-    assert sync_transport("auto", on_cpu=True, local=False) == "broadcast"
-    assert sync_transport("auto", on_cpu=False, local=True) == "broadcast"  # GPUs: NCCL
-    assert sync_transport("broadcast", on_cpu=True, local=True) == "broadcast"
-    with pytest.raises(RlvrError, match="sync_transport"):
-        sync_transport("shared", on_cpu=True, local=False)
+    assert choose_transport("auto", on_cpu=True, local=True) == "shared"
+    assert choose_transport("auto", on_cpu=True, local=False) == "broadcast"
+    assert choose_transport("auto", on_cpu=False, local=True) == "broadcast"  # GPUs: NCCL
+    assert choose_transport("broadcast", on_cpu=True, local=True) == "broadcast"
+    with pytest.raises(RlvrError, match="sync_transport: shared needs every sampler on the trainer's host and on CPU"):
+        choose_transport("shared", on_cpu=True, local=False)
+
+
+def test_every_transport_has_both_ends_and_the_recipe_offers_exactly_them():
+    """A transport is one module and one line in TRANSPORTS; the recipe's choices follow it."""
+    import typing
+
+    from rlvr.recipe.spec import SamplingConfig
+    from rlvr.sampling.transfer import TRANSPORTS
+
+    for name in TRANSPORTS:
+        module = transport(name)
+        assert callable(module.usable) and isinstance(module.NEEDS, str), name
+        for end in ("Sender", "Receiver"):
+            assert isinstance(getattr(module, end), type), (name, end)
+        assert {"connect", "send", "close"} <= set(vars(module.Sender)), name
+        assert {"receive", "close"} <= set(vars(module.Receiver)), name
+    choices = set(typing.get_args(SamplingConfig.model_fields["sync_transport"].annotation))
+    assert choices == {"auto", *TRANSPORTS}
+    assert transport("broadcast").usable(on_cpu=False, local=False)  # auto always finds one
+    with pytest.raises(ValueError, match="unknown weight-sync transport 'carrier-pigeon'"):
+        transport("carrier-pigeon")
 
 
 @pytest.mark.slow  # spawns processes, waits out deadlines
@@ -352,7 +380,7 @@ def test_shared_transport_is_chosen_only_for_samplers_on_this_hosts_cpu():
 def test_a_sampler_that_does_not_take_part_fails_the_send_at_the_deadline(join, receive):
     timeout_s = 2.0
     sampler = ThreadSampler(1, [], threading.Lock(), join=join, receive=receive)
-    sender = Broadcaster([sampler], [1], bucket_bytes=1 << 20, timeout_s=timeout_s)
+    sender = WeightSender([sampler], [1], bucket_bytes=1 << 20, timeout_s=timeout_s)
     start = time.monotonic()
     with pytest.raises(RuntimeError) as err:
         sender.send(mixed_weights())
@@ -367,7 +395,7 @@ def test_zero3_gather_groups_are_the_broadcast_buckets():
     (ds_numel), alignment padding counted."""
     import torch
 
-    from rlvr.sampling.weight_sync import buckets
+    from rlvr.sampling.transfer.wire import buckets
 
     params = []
     for i, numel in enumerate([10, 20, 30, 100, 5]):
@@ -411,18 +439,19 @@ def test_each_connection_gets_its_own_group_key():
     keys = []
     for _ in range(2):
         sampler = ThreadSampler(1, log, lock)
-        sender = Broadcaster([sampler], [1], bucket_bytes=256, timeout_s=20.0)
+        sender = WeightSender([sampler], [1], bucket_bytes=256, timeout_s=20.0)
         sender.connect()
-        keys.append(sampler.init_info["group_key"])
+        keys.append(sampler.init_info["options"]["group_key"])
         sender.close()
-        sampler.groups = []
+        for r in sampler.receivers:
+            r.close()
     assert keys[0] != keys[1] and all(k.startswith("rlvr-weight-sync-") and len(k) > 30 for k in keys)
 
 
 def test_reload_warnings_of_layers_without_trainer_parameters_are_dropped():
     import logging
 
-    from rlvr.sampling.weight_sync import NotSyncedByDesign
+    from rlvr.sampling.transfer.receiver import NotSyncedByDesign
 
     def record(layer):
         return logging.LogRecord("vllm.model_executor.model_loader.reload.layerwise", logging.WARNING, "layerwise.py",

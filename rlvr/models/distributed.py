@@ -1,4 +1,5 @@
-"""The process groups rlvr's commands create: kept to this host when the run is, destroyed on every way out.
+"""The process groups rlvr's commands create: kept to this host when the run is, destroyed on every way out;
+and the one collective the rest of rlvr needs: named sums combined over ranks (``reduce_sums``).
 
 A process group left to the interpreter's exit is torn down in whatever order Python frees
 things: NCCL then warns "destroy_process_group() was not called before program exit, which can
@@ -23,15 +24,21 @@ vLLM processes the run starts) unless the user named an interface. torchrun serv
 (on every interface: torch's launcher, not rlvr). A run across hosts binds the interfaces the user
 names in ``GLOO_SOCKET_IFNAME`` (CPU) or ``NCCL_SOCKET_IFNAME`` (GPU); its store, which the other
 hosts must reach, is torch's.
+
+Named sums. A rank's figures (a step's, an evaluation's, a stop request) travel as a mapping of
+name to number: ``reduce_sums`` combines each over ranks by its name, as ``add_sums`` combines two
+mappings on one rank: added, or the largest for names ending in ``_max`` (``is_maximum``).
 """
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 import sys
+import zlib
 from contextlib import contextmanager
-from typing import Iterator
+from typing import Iterator, Mapping
 
 LOOPBACK = "127.0.0.1"
 LOOPBACK_INTERFACE = "lo"  # Linux's
@@ -65,6 +72,13 @@ def listen(address: str, port: int = 0) -> socket.socket:
     sock.bind((address, port))
     sock.listen(128)
     return sock
+
+
+def free_port(host: str = LOOPBACK) -> int:
+    """A port nothing on ``host`` listens on now (for a process that binds it itself, later)."""
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
 
 
 def init_default_group(backend: str, rank: int, world: int) -> None:
@@ -155,3 +169,55 @@ def environment_scope() -> Iterator[None]:
         for name, value in saved.items():
             if os.environ.get(name) != value:
                 os.environ[name] = value
+
+
+# ---------------------------------------------------------------------- named sums over ranks
+def is_maximum(name: str) -> bool:
+    """Figures named ``*_max`` combine by taking the largest (over micro-batches, sampling rounds
+    and ranks); every other figure is a sum."""
+    return name.endswith("_max")
+
+
+def add_sums(total: Mapping[str, float] | None, more: Mapping[str, float]) -> dict[str, float]:
+    """``total`` and ``more`` combined name by name: added, or the larger for ``*_max`` names."""
+    out = dict(total or {})
+    for name, value in more.items():
+        out[name] = value if name not in out else max(out[name], value) if is_maximum(name) else out[name] + value
+    return out
+
+
+def reduce_sums(stats: Mapping[str, float]) -> dict[str, float]:
+    """Each named value combined over ranks as :func:`add_sums` combines it (summed, or the
+    largest for ``*_max`` names).
+
+    Values are matched by name, never by position. A rank may lack names another has (an
+    environment's own ``env/`` metrics, the importance-sampling figures of micro-batches it did
+    not run because it had nothing to train): there each counts as nothing (0, or -inf for a
+    maximum). A checksum of the names, reduced first, finds that case; only then are the names
+    gathered.
+    """
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return dict(stats)
+    import torch
+
+    names = sorted(stats)
+    check = float(zlib.crc32("\0".join(names).encode()))
+    spread = torch.tensor([check, -check], dtype=torch.float64)
+    dist.all_reduce(spread, op=dist.ReduceOp.MAX)  # the largest checksum and minus the smallest
+    if spread[0].item() != -spread[1].item():  # the ranks hold different names: take their union
+        gathered: list = [None] * dist.get_world_size()
+        dist.all_gather_object(gathered, names)
+        names = sorted({n for ns in gathered for n in ns})
+        stats = {n: stats.get(n, -math.inf if is_maximum(n) else 0.0) for n in names}
+    maxima = [n for n in names if is_maximum(n)]
+    plain = [n for n in names if not is_maximum(n)]
+    summed = torch.tensor([float(stats[n]) for n in plain], dtype=torch.float64)
+    dist.all_reduce(summed)
+    out = dict(zip(plain, summed.tolist()))
+    if maxima:
+        largest = torch.tensor([float(stats[n]) for n in maxima], dtype=torch.float64)
+        dist.all_reduce(largest, op=dist.ReduceOp.MAX)
+        out.update(zip(maxima, largest.tolist()))
+    return {n: out[n] for n in names}

@@ -13,6 +13,7 @@ from typing import Any, Iterable, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from rlvr import RlvrError
+from rlvr.recipe.loss_variants import AGGREGATIONS, POLICY_LOSSES, AggregationName, PolicyLossName
 from rlvr.recipe.template import fields
 
 
@@ -267,16 +268,14 @@ class CISPOConfig(Strict):
 
 class AlgorithmConfig(Strict):
     normalize_advantages: Literal["none", "group_std", "batch_std"] = "none"
-    # ppo: -A * ratio per token, clipped by `clip` when set (PPO/DAPO), else REINFORCE with the
-    # leave-one-out baseline. gspo: the sequence-level ratio, clipped by `gspo`. cispo: the clipped,
-    # detached importance weight times A * log p, bounds in `cispo` (docs/training.md, "Loss variants").
-    policy_loss: Literal["ppo", "gspo", "cispo"] = "ppo"
+    # The variants, their bounds sections and rules: rlvr.recipe.loss_variants (docs/training.md,
+    # "Loss variants"). A variant with bounds of its own has its section here, beside gspo's.
+    policy_loss: PolicyLossName = "ppo"
     clip: ClipConfig | None = None
     gspo: GSPOConfig | None = None
     cispo: CISPOConfig | None = None
     ppo_epochs: int = Field(default=1, ge=1)
-    loss_aggregation: Literal["token_mean", "seq_mean_token_sum", "seq_mean_token_mean",
-                              "seq_mean_token_sum_norm"] = "token_mean"
+    loss_aggregation: AggregationName = "token_mean"
     # seq_mean_token_sum_norm (Dr. GRPO): each sequence's token sum is divided by this constant
     # (Dr. GRPO: the generation budget, sampling.max_tokens) and averaged over sequences.
     loss_norm_tokens: int | None = Field(default=None, ge=1)
@@ -288,27 +287,26 @@ class AlgorithmConfig(Strict):
 
     @model_validator(mode="after")
     def _loss_options(self) -> AlgorithmConfig:
-        kind = self.policy_loss
-        hints = {"gspo": "{eps_low: 3.0e-4, eps_high: 4.0e-4} (the GSPO paper's)",
-                 "cispo": "{eps_high: ...} (eps_low left out: no lower bound, as MiniMax-M1)"}
-        for other in ("gspo", "cispo"):
-            if other != kind and getattr(self, other) is not None:
-                raise ValueError(f"algorithm.{other} is set but policy_loss is {kind}: "
-                                 f"set policy_loss: {other}, or drop algorithm.{other}")
-        if kind != "ppo":
-            if getattr(self, kind) is None:
-                raise ValueError(f"policy_loss {kind} needs its bounds: algorithm.{kind}: {hints[kind]}")
-            if self.clip is not None:
-                raise ValueError(f"algorithm.clip is PPO's token clip; policy_loss {kind} clips with "
-                                 f"algorithm.{kind}: drop algorithm.clip")
-            if self.ppo_epochs < 2:
-                raise ValueError(f"policy_loss {kind} with ppo_epochs 1 is plain REINFORCE (its ratio is exactly 1): "
-                                 "set ppo_epochs >= 2, or use policy_loss: ppo")
-        if self.loss_aggregation == "seq_mean_token_sum_norm" and self.loss_norm_tokens is None:
-            raise ValueError("loss_aggregation seq_mean_token_sum_norm needs loss_norm_tokens "
+        kind, loss = self.policy_loss, POLICY_LOSSES[self.policy_loss]
+        for other in POLICY_LOSSES.values():  # another variant's own section
+            if other.section not in (None, "clip", loss.section) and getattr(self, other.section) is not None:
+                raise ValueError(f"algorithm.{other.section} is set but policy_loss is {kind}: "
+                                 f"set policy_loss: {other.name}, or drop algorithm.{other.section}")
+        if loss.needs_bounds and getattr(self, loss.section) is None:
+            raise ValueError(f"policy_loss {kind} needs its bounds: algorithm.{loss.section}: {loss.example}")
+        if loss.section != "clip" and self.clip is not None:
+            own = f"clips with algorithm.{loss.section}" if loss.section else "does not clip"
+            raise ValueError(f"algorithm.clip is PPO's token clip; policy_loss {kind} {own}: drop algorithm.clip")
+        if loss.multi_epoch and self.ppo_epochs < 2:
+            raise ValueError(f"policy_loss {kind} with ppo_epochs 1 is plain REINFORCE (its ratio is exactly 1): "
+                             "set ppo_epochs >= 2, or use policy_loss: ppo")
+        reads_norm = AGGREGATIONS[self.loss_aggregation].norm_tokens
+        if reads_norm and self.loss_norm_tokens is None:
+            raise ValueError(f"loss_aggregation {self.loss_aggregation} needs loss_norm_tokens "
                              "(Dr. GRPO: the generation budget, e.g. sampling.max_tokens)")
-        if self.loss_aggregation != "seq_mean_token_sum_norm" and self.loss_norm_tokens is not None:
-            raise ValueError(f"loss_norm_tokens is read only by loss_aggregation seq_mean_token_sum_norm, "
+        if not reads_norm and self.loss_norm_tokens is not None:
+            readers = " or ".join(a.name for a in AGGREGATIONS.values() if a.norm_tokens)
+            raise ValueError(f"loss_norm_tokens is read only by loss_aggregation {readers}, "
                              f"not {self.loss_aggregation}: drop it or change the aggregation")
         return self
 

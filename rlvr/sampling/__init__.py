@@ -2,8 +2,9 @@
 
 ``prompts`` renders a task's rows into token ids, ``samplers`` holds the samplers (vLLM in-process,
 Hugging Face generate) behind one ``Sampler`` Protocol, ``server`` starts and talks to vLLM in
-processes of its own (``auth``: the run's secret), ``weight_sync`` moves the trainer's weights into
-vLLM in buckets, ``episodes`` runs multi-turn environments turn by turn.
+processes of its own (``auth``: the run's secret), ``transfer`` moves the trainer's weights into
+vLLM in buckets (the wire format, the trainer's sender, the receiver inside vLLM, and one module
+per transport), ``episodes`` runs multi-turn environments turn by turn.
 
 Design notes: docs/sampling.md.
 

@@ -14,7 +14,7 @@ import json
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Protocol, Sequence
+from typing import Callable, Iterable, Protocol, Sequence
 
 import torch
 
@@ -207,21 +207,12 @@ def cpu_kv_cache_bytes(recipe, model_path: str, *, context: int, seqs: int, on_c
     return kv_cache_bytes(model_config(model_path), context=context, seqs=seqs, dtype=dtype) or CPU_KV_FALLBACK
 
 
-def sync_transport(choice: str, *, on_cpu: bool, local: bool) -> str:
-    """``sampling.sync_transport`` for samplers on CPU or GPU, on this host (``local``) or not:
-    ``auto`` is ``shared`` where every sampler runs on this host's CPU, else ``broadcast``."""
-    if choice == "shared" and not (on_cpu and local):
-        raise RlvrError("sampling.sync_transport: shared needs every sampler on the trainer's host and on CPU; "
-                        "use auto or broadcast")
-    return choice if choice != "auto" else "shared" if on_cpu and local and hasattr(os, "memfd_create") else "broadcast"
-
-
 class VLLMSampler:
     """vLLM colocated with the trainer: one engine per rank.
 
     With one process the engine runs inside it (weights are handed over as tensors, no copy);
     with several ranks each rank's engine runs in a child process with its own process group,
-    and weights reach it by collective broadcast in buckets (``rlvr.sampling.weight_sync``).
+    and weights reach it in buckets through a transport (``rlvr.sampling.transfer``).
     """
 
     def __init__(self, model_path: str, *, max_model_len: int, seed: int, gpu_memory_utilization: float,
@@ -243,20 +234,20 @@ class VLLMSampler:
             load_format="safetensors",  # never a pickle (rlvr.models.hub.pickled_weights)
             # log-probs of the distribution sampled from (after temperature/top-p), not the raw logits'
             logprobs_mode="processed_logprobs",
-            # an engine in a child process receives weights by collective broadcast (rlvr.sampling.weight_sync)
+            # an engine in a child process receives weights through rlvr's transfer backend (rlvr.sampling.transfer)
             **({} if in_process else {"weight_transfer_config": {"backend": "rlvr"}}),
             **(whole_prefills(max_model_len) if on_cpu else {}),
             # on CPU the KV cache is RAM, zeroed at start: sized for the run (cpu_kv_cache_bytes)
             **({"kv_cache_memory_bytes": kv_cache_bytes} if kv_cache_bytes else {}),
         )
-        self.broadcaster = None
+        self.sender = None
         if not in_process:
-            from rlvr.sampling.weight_sync import Broadcaster, LLMClient
+            from rlvr.sampling.transfer.sender import LLMClient, make_sender
 
             workers = self.llm.llm_engine.vllm_config.parallel_config.world_size_across_dp
-            self.broadcaster = Broadcaster([LLMClient(self.llm)], [workers], bucket_bytes=bucket_bytes,
-                                           device=torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device()),
-                                           transport=sync_transport(transport, on_cpu=on_cpu, local=True))
+            device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
+            self.sender = make_sender([LLMClient(self.llm)], [workers], choice=transport, on_cpu=on_cpu, local=True,
+                                      bucket_bytes=bucket_bytes, device=device)
 
     def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
                  max_tokens: int | Sequence[int], seed: int | None = None, logprobs: bool = False,
@@ -278,25 +269,20 @@ class VLLMSampler:
         return Completion(output.text, ids, output.finish_reason == "length", values)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        if self.broadcaster is not None:  # the engine's own process: buckets by collective broadcast
-            self.broadcaster.send(weights)
+        if self.sender is not None:  # the engine's own process: buckets through a transport
+            self.sender.send(weights)
         else:
+            from rlvr.sampling.transfer.receiver import repack_in_worker
+
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
             if self.on_cpu:
-                self.llm.collective_rpc(_repack_cpu_lm_heads)
+                self.llm.collective_rpc(repack_in_worker)
         self.llm.reset_prefix_cache()
 
     def close(self) -> None:
-        if self.broadcaster is not None:
-            self.broadcaster.close()
+        if self.sender is not None:
+            self.sender.close()
         del self.llm
-
-
-def _repack_cpu_lm_heads(worker) -> int:
-    """Runs in each vLLM worker after ``reload_weights`` (``weight_sync.repack_cpu_lm_heads``)."""
-    from rlvr.sampling.weight_sync import repack_cpu_lm_heads
-
-    return repack_cpu_lm_heads(worker.model_runner.model)
 
 
 class HFSampler:
@@ -375,38 +361,6 @@ def cut_at_stop(ids: list[int], truncated: bool, tokenizer, stop: Sequence[str])
         if any(s in tokenizer.decode(ids[:end], skip_special_tokens=True) for s in stop):
             return ids[:end], False
     return ids, truncated
-
-
-def hf_state_for_sync(module: torch.nn.Module, zero3: bool,
-                      bucket_bytes: int = 64 << 20) -> Iterator[tuple[str, torch.Tensor]]:
-    """(name, full tensor) pairs in Hugging Face naming; under ZeRO-3 gathered a bucket at a
-    time, in the broadcast's own buckets (``rlvr.sampling.weight_sync.buckets``: consecutive parameters of
-    at most ``bucket_bytes``, one larger parameter alone).
-
-    Every rank must drain this iterator: ZeRO-3 gathers are collective.
-    """
-    named = list(_merged_named_parameters(module))
-    if not zero3:
-        for name, param in named:
-            yield name, param.detach()
-        return
-    import deepspeed
-
-    from rlvr.sampling.weight_sync import buckets
-
-    for part in buckets(named, bucket_bytes):
-        with deepspeed.zero.GatheredParameters([p for _, p in part], modifier_rank=None):
-            for name, param in part:
-                yield name, param.detach().clone()
-
-
-def _merged_named_parameters(module: torch.nn.Module) -> Iterator[tuple[str, torch.nn.Parameter]]:
-    """Parameters under their base-model names; a peft model must be merged by the caller."""
-    for name, param in module.named_parameters():
-        if "lora_" in name or "modules_to_save" in name:
-            continue
-        name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
-        yield name, param
 
 
 def import_apart(module: str) -> None:

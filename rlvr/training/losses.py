@@ -3,12 +3,22 @@ KL estimators, and loss aggregation. Pure functions, tested against hand-compute
 
 Shapes: ``[B, T]`` for per-token values of B responses padded to T tokens; ``mask`` is 1
 on response tokens that count and 0 on padding.
+
+Each policy loss is declared once, torch-free, in ``rlvr.recipe.loss_variants.POLICY_LOSSES``
+(name, bounds section, rules: what the recipe schema and the learner read); its function here
+registers under that name with ``@register_policy_loss(name)``, and ``surrogate_loss`` dispatches
+on it.
 """
 
 from __future__ import annotations
 
+from types import MappingProxyType
+from typing import Callable
+
 import torch
 import torch.nn.functional as F
+
+from rlvr.recipe.loss_variants import POLICY_LOSSES
 
 
 def token_logprobs_and_entropy(logits: torch.Tensor, tokens: torch.Tensor, want_entropy: bool = True):
@@ -81,6 +91,27 @@ def kl_estimate(logp: torch.Tensor, ref_logp: torch.Tensor, estimator: str) -> t
     raise ValueError(f"unknown KL estimator {estimator!r} (k1, k2, k3)")
 
 
+# fn(logp, old_logp, advantages, mask, bounds) -> (per-token loss, clipped_low, clipped_high)
+LossFn = Callable[..., tuple]
+_POLICY_LOSS_FNS: dict[str, LossFn] = {}
+POLICY_LOSS_FNS = MappingProxyType(_POLICY_LOSS_FNS)  # name -> its function, read-only
+
+
+def register_policy_loss(name: str) -> Callable[[LossFn], LossFn]:
+    """Decorator: the function of policy loss ``name`` (declared in ``POLICY_LOSSES``), called as
+    ``fn(logp, old_logp, advantages, mask, bounds)`` and returning the per-token loss and where
+    clipping bit (low, high). ``bounds`` is never None when the declaration ``needs_bounds``."""
+    if name not in POLICY_LOSSES:
+        raise ValueError(f"policy loss {name!r} is not declared in rlvr.recipe.loss_variants.POLICY_LOSSES")
+
+    def register(fn: LossFn) -> LossFn:
+        if name in _POLICY_LOSS_FNS:
+            raise ValueError(f"policy loss {name!r} is registered twice: {_POLICY_LOSS_FNS[name].__name__}, {fn.__name__}")
+        _POLICY_LOSS_FNS[name] = fn
+        return fn
+    return register
+
+
 def policy_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -108,6 +139,13 @@ def policy_loss(
     return loss, clipped_low, clipped_high
 
 
+@register_policy_loss("ppo")
+def ppo_loss(logp, old_logp, advantages, mask, bounds):
+    """:func:`policy_loss` in the registry's signature (PPO is per token: no mask needed)."""
+    return policy_loss(logp, old_logp, advantages, bounds)
+
+
+@register_policy_loss("gspo")
 def gspo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -141,6 +179,7 @@ def gspo_loss(
     return loss, clipped_low, clipped_high
 
 
+@register_policy_loss("cispo")
 def cispo_loss(
     logp: torch.Tensor,
     old_logp: torch.Tensor,
@@ -167,9 +206,6 @@ def cispo_loss(
     return -advantages * weight * logp, clipped_low, clipped_high
 
 
-POLICY_LOSSES = ("ppo", "gspo", "cispo")
-
-
 def surrogate_loss(
     kind: str,
     logp: torch.Tensor,
@@ -178,19 +214,16 @@ def surrogate_loss(
     mask: torch.Tensor,
     bounds: tuple | None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The per-token loss and clip indicators (low, high) of ``algorithm.policy_loss`` ``kind``:
-    ``ppo`` (:func:`policy_loss`; ``bounds`` None: REINFORCE with a baseline), ``gspo``
-    (:func:`gspo_loss`) or ``cispo`` (:func:`cispo_loss`). Every one of them is exactly 0, with
-    a zero gradient, where the advantage is 0."""
-    if kind == "ppo":
-        return policy_loss(logp, old_logp, advantages, bounds)
-    if bounds is None:
+    """The per-token loss and clip indicators (low, high) of ``algorithm.policy_loss`` ``kind``,
+    from its registered function: ``ppo`` (:func:`policy_loss`; ``bounds`` None: REINFORCE with a
+    baseline), ``gspo`` (:func:`gspo_loss`) or ``cispo`` (:func:`cispo_loss`). Every one of them
+    is exactly 0, with a zero gradient, where the advantage is 0."""
+    fn = _POLICY_LOSS_FNS.get(kind)
+    if fn is None:
+        raise ValueError(f"unknown policy loss {kind!r} ({', '.join(_POLICY_LOSS_FNS)})")
+    if bounds is None and POLICY_LOSSES[kind].needs_bounds:
         raise ValueError(f"policy loss {kind!r} needs its clip bounds")
-    if kind == "gspo":
-        return gspo_loss(logp, old_logp, advantages, mask, bounds)
-    if kind == "cispo":
-        return cispo_loss(logp, old_logp, advantages, mask, bounds)
-    raise ValueError(f"unknown policy loss {kind!r} ({', '.join(POLICY_LOSSES)})")
+    return fn(logp, old_logp, advantages, mask, bounds)
 
 
 def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str, num_tokens: float, num_seqs: float,

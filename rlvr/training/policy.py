@@ -1,6 +1,7 @@
-"""The policy being trained: the model (with LoRA when asked), its KL reference, and DeepSpeed
-as the optimizer side (``DeepSpeedBackend``). The DeepSpeed config and the learning-rate
-schedule are pure functions of the recipe.
+"""The policy being trained: the model (with LoRA when asked), its KL reference, DeepSpeed as the
+optimizer side (``DeepSpeedBackend``), and its weights as a sampler takes them
+(``exported_weights``: ZeRO-3 gathers, LoRA merge, Hugging Face names; ``sync_weights`` pushes
+them). The DeepSpeed config and the learning-rate schedule are pure functions of the recipe.
 """
 
 from __future__ import annotations
@@ -182,14 +183,47 @@ def build_policy(recipe, model_path: str, *, world: int, device, cuda: bool):
     return backend, ref_model, zero_stage
 
 
+def exported_weights(module, zero3: bool, bucket_bytes: int = 64 << 20):
+    """The trainer's weights as a sampler takes them: (name, full tensor) pairs in Hugging Face
+    naming (a peft model's base names; merge its adapters first, as ``sync_weights`` does);
+    under ZeRO-3 gathered a bucket at a time, in the transfer's own buckets
+    (``rlvr.sampling.transfer.wire.buckets``: consecutive parameters of at most ``bucket_bytes``,
+    one larger parameter alone).
+
+    Every rank must drain this iterator: ZeRO-3 gathers are collective.
+    """
+    named = list(base_named_parameters(module))
+    if not zero3:
+        for name, param in named:
+            yield name, param.detach()
+        return
+    import deepspeed
+
+    from rlvr.sampling.transfer.wire import buckets
+
+    for part in buckets(named, bucket_bytes):
+        with deepspeed.zero.GatheredParameters([p for _, p in part], modifier_rank=None):
+            for name, param in part:
+                yield name, param.detach().clone()
+
+
+def base_named_parameters(module):
+    """Parameters under their base-model names: a peft model's adapter tensors are left out and
+    its wrapped layers' names unwrapped."""
+    for name, param in module.named_parameters():
+        if "lora_" in name or "modules_to_save" in name:
+            continue
+        name = name.removeprefix("base_model.model.").replace(".base_layer.", ".")
+        yield name, param
+
+
 def sync_weights(module, sampler, *, lora: bool, zero3: bool, bucket_bytes: int = 64 << 20) -> float:
     """Push the policy's weights into the sampler (LoRA merged first); seconds taken."""
     import torch
 
     from rlvr.models.lora import merged_adapters
-    from rlvr.sampling.samplers import hf_state_for_sync
 
     start = time.perf_counter()
     with merged_adapters(module) if lora else nullcontext(), torch.no_grad():
-        sampler.load_weights(hf_state_for_sync(module, zero3, bucket_bytes))
+        sampler.load_weights(exported_weights(module, zero3, bucket_bytes))
     return time.perf_counter() - start
