@@ -22,6 +22,7 @@ from rlvr import RlvrError
 from rlvr.kit.data import parse_json
 from rlvr.models.lora import merged_adapters
 from rlvr.models.tokens import eos_ids, pad_batch
+from rlvr.recipe.sampler_backends import SAMPLER_BACKENDS
 
 
 @dataclass
@@ -141,6 +142,15 @@ def whole_prefills(max_model_len: int) -> dict:
     step's prompts pass 4096 tokens, e.g. MATH-500 with k=4, or episodes resubmitting their
     turns). Every scheduling step takes whole prompts, up to the longest context."""
     return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 4096)}
+
+
+def backend_dtype(recipe, *, trainer_dtype: str, cuda: bool) -> str:
+    """The dtype the recipe's sampler samples in, by its backend's rule (``SamplerBackend.dtype``):
+    the trainer's weights' (bfloat16 ones under DeepSpeed's bf16 on a GPU, float32 on CPU, where a
+    bfloat16 trainer is autocast over them), or ``sampling.dtype``'s (``sampler_dtype``)."""
+    if SAMPLER_BACKENDS[recipe.sampling.backend].dtype == "trainer":
+        return trainer_dtype if cuda else "float32"
+    return sampler_dtype(recipe.sampling.dtype, on_cpu=not cuda)
 
 
 def model_config(model_path: str) -> dict:
@@ -397,16 +407,27 @@ def make_sampler(recipe, model_path: str, *, longest_prompt: int, max_new_tokens
                  eval_rows: int = 0, get_model: Callable[[], torch.nn.Module] | None = None, tokenizer=None,
                  synced: bool = False) -> Sampler:
     """The recipe's colocated sampler, for training and evaluation alike (server mode:
-    ``rlvr.sampling.server.connect_samplers``).
+    ``rlvr.sampling.server.connect_samplers``), built by its backend's builder
+    (``rlvr.recipe.sampler_backends``), which takes these same arguments.
 
     vLLM's context is ``context_length`` of the longest prompt it will see and the most tokens
     any call may generate; on CPU its KV cache holds the most sequences one call asks for (a
     step's samples on this rank, or its share of ``eval_rows`` eval prompts). The transformers
     sampler generates with ``get_model()`` (the live policy, or a loaded model).
     """
+    module, name = SAMPLER_BACKENDS[recipe.sampling.backend].builder.split(":")
+    build = getattr(importlib.import_module(module), name)
+    return build(recipe, model_path, longest_prompt=longest_prompt, max_new_tokens=max_new_tokens, seed=seed,
+                 world=world, eval_rows=eval_rows, get_model=get_model, tokenizer=tokenizer, synced=synced)
+
+
+def make_hf_sampler(recipe, model_path: str, *, get_model, tokenizer, synced: bool, **_) -> HFSampler:
+    return HFSampler(get_model, tokenizer, synced=synced)
+
+
+def make_vllm_sampler(recipe, model_path: str, *, longest_prompt: int, max_new_tokens: int, seed: int, world: int,
+                      eval_rows: int, **_) -> VLLMSampler:
     s = recipe.sampling
-    if s.backend == "hf":
-        return HFSampler(get_model, tokenizer, synced=synced)
     context = context_length(longest_prompt, max_new_tokens, model_max_len(model_path))
     require_vllm()
     on_cpu = not torch.cuda.is_available()
