@@ -5,9 +5,10 @@ The hook API for plugin authors (with the helpers in ``rlvr.kit``, all a plugin 
 - ``hookimpl``: decorate your ``rlvr_register_*`` functions with it.
 - ``Score``: what a reward may return per sample when it wants to explain itself.
 - ``RlvrError``: raise it for bad user input; the CLI prints its message on one line and exits 2.
-- ``Reply``: what an environment's ``step`` returns (``rlvr.host.environments``).
+- ``Reply``: what an environment's ``step`` returns (the Protocol: ``rlvr.host.environments``).
 
-Training and evaluating from Python (``rlvr.api``; torch and vLLM load only when called):
+Training and evaluating from Python: ``from rlvr.api import train, evaluate`` (torch and vLLM
+load only when called):
 
 - ``train(recipe, overrides=..., rewards={name: fn} or [fn, ...], tasks={name: rows}, output_dir=...)``
   -> ``TrainResult`` (``final_model``, ``summary``, ``metrics()``, ``samples()``);
@@ -16,7 +17,8 @@ Training and evaluating from Python (``rlvr.api``; torch and vLLM load only when
 The parts, each a subpackage whose docstring says what it owns and what it may import:
 ``kit`` (plugin authors' toolkit), ``host`` (plugin host), ``recipe`` (schema, loading, resolution),
 ``models``, ``rewards``, ``sampling``, ``evaluation``, ``training`` (the RLOO engine), ``runs``
-(what a run writes), ``api`` and ``cli``.
+(what a run writes), ``api`` and ``cli``. This module is the floor they all stand on: it imports
+none of them (``tests/test_layout.py`` checks it).
 """
 
 # Imported under private names: ``dir(rlvr)`` and tab completion show rlvr's own names only.
@@ -42,21 +44,32 @@ class Score:
     info: dict[str, _typing.Any] = _dataclasses.field(default_factory=dict)
 
 
-from rlvr.host.environments import Reply  # noqa: E402 - after the names it may need
+@_dataclasses.dataclass
+class Reply:
+    """The environment's answer to one policy turn (``Environment.step`` returns it).
+
+    ``text`` follows the policy's turn: inline (``role=None``, e.g. a tool's output right after
+    the code block that produced it), or as a chat message of ``role`` ("user", "tool", ...)
+    that the model's chat template renders, closing the policy's message and opening its next
+    one. ``text`` is data, never chat structure: the host escapes its control and invisible
+    format characters (``rlvr.kit.escape_controls``) and tokenizes it as text, so that no special
+    token (``<|im_start|>``) can come out of it; only the template's wrapping around a ``role``
+    message has them. ``done`` ends the episode after this reply (its text, if any, is still appended).
+    ``metrics`` are summed over the episode and reported per episode as ``env/<key>``
+    (``tool_calls``, ``tool_errors``, ``tool_timeouts`` are the conventional keys).
+    """
+
+    text: str = ""
+    done: bool = False
+    role: str | None = None
+    metrics: _typing.Mapping[str, float] = _dataclasses.field(default_factory=dict)
 
 
-def train(recipe, **options):
-    """Train on ``recipe`` (a path or a mapping) as ``rlvr train`` does; see ``rlvr.api.python.train``."""
-    from rlvr.api.python import train as run
-
-    return run(recipe, **options)
-
-
-def evaluate(recipe, model=None, **options):
-    """Evaluate ``model`` on ``recipe``'s eval split as ``rlvr eval`` does; see ``rlvr.api.python.evaluate``."""
-    from rlvr.api.python import evaluate as run
-
-    return run(recipe, model, **options)
+def __getattr__(name: str):
+    # rlvr.train and rlvr.evaluate lived here; they are rlvr.api's now (the root imports no part).
+    if name in ("train", "evaluate"):
+        raise AttributeError(f"rlvr.{name} is now rlvr.api.{name}: from rlvr.api import {name}")
+    raise AttributeError(f"module 'rlvr' has no attribute {name!r}")
 
 
-__all__ = ["hookimpl", "Score", "RlvrError", "Reply", "train", "evaluate", "__version__"]
+__all__ = ["hookimpl", "Score", "RlvrError", "Reply", "__version__"]

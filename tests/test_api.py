@@ -1,4 +1,4 @@
-"""The Python API: rlvr.train / rlvr.evaluate with a recipe as data, plain callables as rewards
+"""The Python API: rlvr.api.train / rlvr.api.evaluate with a recipe as data, plain callables as rewards
 (rlvr's or TRL's convention) and plain rows as tasks; checked before any model loads."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import rlvr
+import rlvr.api
 from rlvr import RlvrError
 from rlvr.api.python import prepare, task_from_rows
 
@@ -62,7 +62,7 @@ def short(completions, **kwargs):
 
 
 def test_rewards_as_trls_list_named_by_function_weighted_in_order():
-    """TRL's ``reward_funcs`` style: a list (rlvr.train(rewards=[fn]) raised AttributeError)."""
+    """TRL's ``reward_funcs`` style: a list (rlvr.api.train(rewards=[fn]) raised AttributeError)."""
     rec, registry = prepare(RECIPE, None, [trl_exact, short], {"sums": ROWS}, None)
     assert {n: e.weight for n, e in rec.rewards.items()} == {"trl_exact": 1.0, "short": 1.0}
     assert registry.reward("trl_exact").convention == "trl"
@@ -86,7 +86,7 @@ def test_rewards_as_trls_list_named_by_function_weighted_in_order():
             prepare(RECIPE, None, rewards, {"sums": ROWS}, None, weights=weights)
         assert "\n" not in str(caught.value)
     with pytest.raises(RlvrError, match="reward_weights: 1 weights for 2 rewards"):  # through the API, before a model
-        rlvr.train(RECIPE, rewards=[trl_exact, short], reward_weights=[1.0], tasks={"sums": ROWS})
+        rlvr.api.train(RECIPE, rewards=[trl_exact, short], reward_weights=[1.0], tasks={"sums": ROWS})
 
 
 def test_the_namespace_holds_rlvrs_own_names():
@@ -105,8 +105,8 @@ def test_the_namespace_holds_rlvrs_own_names():
 
 def test_bad_input_raises_before_any_model_loads(tmp_path):
     with pytest.raises(RlvrError, match="unknown task 'sumz'"):
-        rlvr.train({**RECIPE, "task": "sumz"}, rewards={"exact": trl_exact}, tasks={"sums": ROWS},
-                   output_dir=tmp_path / "run")
+        rlvr.api.train({**RECIPE, "task": "sumz"}, rewards={"exact": trl_exact}, tasks={"sums": ROWS},
+                       output_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
 
 
@@ -117,7 +117,7 @@ def test_train_then_evaluate_from_python(tmp_path, tiny_model, monkeypatch):
     sets = {"model.name": tiny_model, "sampling.backend": "hf", "sampling.max_tokens": 8, "trainer.steps": 2,
             "trainer.samples_every": 1, "eval.limit": 4, "trainer.eval_at_end": True,
             "trainer.report_to": ["tensorboard", "trackio"]}
-    result = rlvr.train(RECIPE, overrides=sets, rewards={"exact": trl_exact, "short": lambda completions, **kw: [
+    result = rlvr.api.train(RECIPE, overrides=sets, rewards={"exact": trl_exact, "short": lambda completions, **kw: [
         -len(c[0]["content"]) / 100 for c in completions]}, tasks={"sums": ROWS}, output_dir=tmp_path / "run")
     assert (result.final_model / "config.json").exists()
     assert [r["step"] for r in result.metrics()] == [1, 2] and "reward/short" in result.metrics()[0]
@@ -128,9 +128,9 @@ def test_train_then_evaluate_from_python(tmp_path, tiny_model, monkeypatch):
     tracked = SQLiteStorage.get_logs("api", "run")  # project: the recipe's name; run: the folder's
     assert [r["step"] for r in tracked] == [1, 2] and tracked[1]["loss"] == result.metrics()[1]["loss"]
     assert any((tmp_path / "run" / "tensorboard").iterdir())
-    ev = rlvr.evaluate(RECIPE, result.final_model, overrides={"sampling.backend": "hf", "eval.limit": 4,
-                                                              "eval.max_tokens": 8},
-                       rewards={"exact": trl_exact}, tasks={"sums": ROWS}, output_dir=tmp_path / "ev")
+    ev = rlvr.api.evaluate(RECIPE, result.final_model, overrides={"sampling.backend": "hf", "eval.limit": 4,
+                                                                  "eval.max_tokens": 8},
+                           rewards={"exact": trl_exact}, tasks={"sums": ROWS}, output_dir=tmp_path / "ev")
     assert ev.report["n"] == 4 and 0 <= ev.accuracy <= 1 and len(ev.samples()) == 4
     assert (tmp_path / "ev" / "eval.log").exists()
     # the world of one is gone with the run: a child process, or the next run, does not find its port
@@ -157,7 +157,7 @@ def test_the_example_script_runs(tmp_path, tiny_model):
 @pytest.mark.slow
 def test_the_notebook_example_stops_the_broken_run_then_trains_and_evaluates(tmp_path, tiny_model):
     """examples/python-api/trl_notebook.py: a conversational JSONL, TRL's list of rewards with
-    weights (one raising), two rlvr.train calls and rlvr.evaluate in one process. The first run
+    weights (one raising), two rlvr.api.train calls and rlvr.api.evaluate in one process. The first run
     stops, the second trains, the evaluation runs."""
     out = run_example("trl_notebook.py", tiny_model, tmp_path / "nb", steps=3).stdout
     assert ("RlvrError: no sample could be scored in 3 consecutive steps, so nothing was trained: reward "
@@ -170,14 +170,14 @@ def test_the_notebook_example_stops_the_broken_run_then_trains_and_evaluates(tmp
 
 def test_the_readme_snippet_resolves_and_calls_the_engine(tmp_path, monkeypatch):
     """The README's Python example, run with the engine and the evaluator replaced by recorders:
-    its recipe, overrides, rewards and rows are what rlvr.train and rlvr.evaluate accept."""
+    its recipe, overrides, rewards and rows are what rlvr.api.train and rlvr.api.evaluate accept."""
     import json
     import re
 
     import rlvr.evaluation.evaluate as evaluation
     import rlvr.training.engine as engine
 
-    block = re.search(r"```python\n(import rlvr\n.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
+    block = re.search(r"```python\n(from rlvr.api import evaluate, train\n.*?)```", (ROOT / "README.md").read_text(), re.S).group(1)
     seen = []
 
     def fake_train(recipe, registry, output_dir, resume=False, verbose=False):
@@ -226,8 +226,8 @@ def test_a_run_gives_back_the_callers_random_state(tmp_path, monkeypatch):
         expected = (random.random(), np.random.rand(), torch.rand(1).item())
         random.seed(7), np.random.seed(7), torch.manual_seed(7)
         try:
-            rlvr.train(RECIPE, overrides={"trainer.steps": steps}, rewards={"exact": trl_exact},
-                       tasks={"sums": ROWS}, output_dir=tmp_path / out)
+            rlvr.api.train(RECIPE, overrides={"trainer.steps": steps}, rewards={"exact": trl_exact},
+                           tasks={"sums": ROWS}, output_dir=tmp_path / out)
         except RlvrError:
             assert steps == 3
         assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected

@@ -3,8 +3,12 @@
 - each part of rlvr (a subpackage) says in its docstring what it may import (``May import: ...``)
   and imports nothing else of rlvr, function-level imports included; the parts form no cycle and
   neither do the modules;
+- the root package (``rlvr/__init__.py``: the hook API) is the floor every part stands on and
+  imports no part of rlvr;
 - plugins (the built-ins in ``plugins/`` and the example packages) import from rlvr only the hook
   API (``rlvr``) and the toolkit (``rlvr.kit``), as a third-party plugin must;
+- what one module uses of another is its public API: no module of ``rlvr/``, ``plugins/`` or
+  ``examples/`` imports (or reads as ``module._name``) an underscore name of another;
 - no module is over 600 lines.
 """
 
@@ -90,14 +94,17 @@ def test_parts_import_only_what_their_docstring_allows():
             target = part_of(module)
             if target in (part, "rlvr"):
                 continue
-            if part == "rlvr":  # the hook API re-exports Reply; train and evaluate call the Python API
-                ok = module in ("rlvr.host.environments", "rlvr.api.python")
-            else:
-                ok = target in allowed[part]
-            if not ok:
+            if target not in allowed.get(part, ()):  # the root, no part, may import none
                 problems.append(f"{path.relative_to(ROOT)} imports {module} ({part} may import: "
-                                f"{', '.join(sorted(allowed.get(part, ())))})")
+                                f"{', '.join(sorted(allowed.get(part, ()))) or 'nothing of rlvr'})")
     assert not problems, "\n".join(problems)
+
+
+def test_the_root_package_imports_nothing_of_rlvr():
+    """``rlvr/__init__.py`` (hookimpl, Score, RlvrError, Reply) is imported by every part: it imports
+    none, not even in a function (the Python API is ``rlvr.api``'s)."""
+    found = sorted(m for m in imported_modules(PACKAGE / "__init__.py", "rlvr") if m.split(".")[0] == "rlvr")
+    assert not found, f"rlvr/__init__.py imports {found}: the root package is the floor, it imports no part"
 
 
 def test_parts_and_modules_form_no_cycle():
@@ -135,10 +142,12 @@ def test_plugins_import_only_the_public_api():
     assert any(p.parent.name == "plugins" for p in files) and any("examples" in p.parts for p in files)
     problems = []
     for path in files:
+        # A script outside any package (examples/python-api/) is a user's, who may also call the Python API.
+        public = PUBLIC if (path.parent / "__init__.py").exists() else (*PUBLIC, "rlvr.api")
         for module in absolute_imports(path):  # a relative import cannot reach rlvr
             if (module == "rlvr" or module.startswith("rlvr.")) and not (
-                    module in PUBLIC or module.startswith("rlvr.kit.")):
-                problems.append(f"{path.relative_to(ROOT)} imports {module}: plugins use only {' and '.join(PUBLIC)}")
+                    module in public or module.startswith("rlvr.kit.")):
+                problems.append(f"{path.relative_to(ROOT)} imports {module}: plugins use only {' and '.join(public)}")
     assert not problems, "\n".join(problems)
 
 
@@ -156,6 +165,75 @@ def absolute_imports(path: Path) -> set[str]:
     return found
 
 
+def tree_modules() -> dict[Path, str]:
+    """Every module of ``rlvr/``, ``plugins/`` (``rlvr_plugins``) and ``examples/`` (their packages
+    and scripts, not their tests) -> the name it is imported by."""
+    found = {path: module_name(path) for path in sorted(PACKAGE.rglob("*.py"))}
+    for path in plugin_files():
+        if path.is_relative_to(ROOT / "plugins"):
+            found[path] = "rlvr_plugins" + module_name(path).removeprefix("plugins")
+        else:  # examples/<project>/<package>/...: the package's name
+            parts = path.relative_to(ROOT / "examples").with_suffix("").parts[1:]
+            found[path] = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+    return found
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def private_names_used(path: Path, name: str, known: set[str]) -> list[str]:
+    """The underscore names ``path`` (module ``name``) takes from another module of ``known``:
+    ``from m import _x`` (relative, or in a function, too), ``import m._x``, and ``m._x`` or
+    ``pkg.m._x`` where ``m`` is bound by an import to a module of ``known``."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    tree = ast.parse(path.read_text(), str(path))
+    found, bound = [], {}  # bound: a name the file binds by an import -> the module of known it is
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name in known and any(is_private(part) for part in alias.name.split(".")):
+                    found.append(alias.name)
+                if alias.asname:
+                    bound[alias.asname] = alias.name
+                else:
+                    bound[alias.name.split(".")[0]] = alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                module = ".".join(base + ([node.module] if node.module else []))
+            else:
+                module = node.module or ""
+            if module not in known:
+                continue
+            for alias in node.names:
+                if is_private(alias.name):
+                    found.append(f"{module}.{alias.name}")
+                bound[alias.asname or alias.name] = f"{module}.{alias.name}"
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and is_private(node.attr):
+            chain, value = [], node.value
+            while isinstance(value, ast.Attribute):
+                chain.append(value.attr)
+                value = value.value
+            if isinstance(value, ast.Name) and value.id in bound:
+                module = ".".join([bound[value.id], *reversed(chain)])
+                if module in known and module != name:
+                    found.append(f"{module}.{node.attr}")
+    return sorted(set(found))
+
+
+def test_no_private_name_crosses_modules():
+    """What one module uses of another is its public API, in the whole tree as in the sandbox
+    (tests/test_sandbox_layout.py): a name another module needs is public, without the underscore."""
+    modules = tree_modules()
+    known = set(modules.values())
+    assert {"rlvr", "rlvr.cli.common", "rlvr_plugins.math.parse", "rlvr_countdown"} <= known
+    problems = [f"{path.relative_to(ROOT)} uses {used}" for path, name in modules.items()
+                for used in private_names_used(path, name, known)]
+    assert not problems, "underscore names used across modules (make them public):\n" + "\n".join(problems)
+
+
 @pytest.mark.parametrize("where", ["rlvr", "plugins"])
 def test_no_module_is_over_600_lines(where):
     long = {str(p.relative_to(ROOT)): n for p in sorted((ROOT / where).rglob("*.py"))
@@ -171,6 +249,25 @@ def test_the_checks_above_can_fail(tmp_path):
     assert part_of("rlvr.training.engine") == "rlvr.training"
     source.write_text("from .sibling import x\ndef f():\n    from rlvr.rewards.runner import score_batch\n")
     assert "rlvr.rewards.runner" in absolute_imports(source)
+
+
+def test_the_private_name_check_can_fail(tmp_path):
+    """Each way of reaching another module's underscore name is seen; dunders and the module's
+    own names are not; nor are other packages' (``torch._C`` is not ours to rule on)."""
+    known = {"pkg", "pkg.a", "pkg.b", "pkg.sub", "pkg.sub.c"}
+    probe = tmp_path / "b.py"
+    probe.write_text("import pkg.sub.c\nimport pkg.a as a\nfrom . import sub\nfrom pkg import __version__\n"
+                     "from torch import _C\nfrom .a import _x, y\ndef f():\n    from .sub.c import _late\n"
+                     "    return a._y, pkg.sub.c._z, sub.c._w, sub._v, _C._q, y._not_a_module, a.__doc__\n")
+    assert private_names_used(probe, "pkg.b", known) == [
+        "pkg.a._x", "pkg.a._y", "pkg.sub._v", "pkg.sub.c._late", "pkg.sub.c._w", "pkg.sub.c._z"]
+    probe.write_text("import pkg._hidden\n_own = 1\nprint(_own)\n")
+    assert private_names_used(probe, "pkg.b", known | {"pkg._hidden"}) == ["pkg._hidden"]
+    assert is_private("_x") and not is_private("__all__") and not is_private("x")
+    rlvr = tree_modules()
+    assert rlvr[PACKAGE / "cli" / "common.py"] == "rlvr.cli.common"
+    assert rlvr[ROOT / "plugins" / "math" / "parse.py"] == "rlvr_plugins.math.parse"
+    assert rlvr[ROOT / "examples" / "rlvr-countdown" / "rlvr_countdown" / "__init__.py"] == "rlvr_countdown"
 
 
 def test_every_package_is_in_the_distribution():

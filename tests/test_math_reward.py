@@ -577,19 +577,19 @@ def test_numbers_close_reads_decimals_as_roundings():
     from fractions import Fraction as F
 
     def num(text):
-        return rounding._plain_number(text)
+        return rounding.plain_number(text)
 
-    assert rounding._numbers_close(num("\\frac{1}{3}"), num("0.333333"))
-    assert rounding._numbers_close(num("0.333333"), num("\\frac{1}{3}"))
-    assert rounding._numbers_close(num("\\frac{1}{3}"), num("0.33333"))  # 5 digits, 1e-5 relative
-    assert rounding._numbers_close(num("\\frac{1}{3}"), num("0.3333"))  # 4 digits, exactly 1e-4 relative
-    assert not rounding._numbers_close(num("\\frac{1}{3}"), num("0.333"))  # 3 digits: exact
-    assert not rounding._numbers_close(num("0.1"), num("0.1000004"))  # one digit: exact
-    assert rounding._numbers_close(num("1234567.46"), num("1234567.5"))  # the coarser rounds the finer
-    assert not rounding._numbers_close(num("1234567.44"), num("1234567.5"))
-    assert not rounding._numbers_close(num("12"), num("12.0000006"))
-    assert rounding._numbers_close(num("12"), num("12.0000001"))  # one unit in the last place, 2e-6 relative
-    assert rounding._numbers_close((F(2), None), (F(2), (1, 2)))
+    assert rounding.numbers_close(num("\\frac{1}{3}"), num("0.333333"))
+    assert rounding.numbers_close(num("0.333333"), num("\\frac{1}{3}"))
+    assert rounding.numbers_close(num("\\frac{1}{3}"), num("0.33333"))  # 5 digits, 1e-5 relative
+    assert rounding.numbers_close(num("\\frac{1}{3}"), num("0.3333"))  # 4 digits, exactly 1e-4 relative
+    assert not rounding.numbers_close(num("\\frac{1}{3}"), num("0.333"))  # 3 digits: exact
+    assert not rounding.numbers_close(num("0.1"), num("0.1000004"))  # one digit: exact
+    assert rounding.numbers_close(num("1234567.46"), num("1234567.5"))  # the coarser rounds the finer
+    assert not rounding.numbers_close(num("1234567.44"), num("1234567.5"))
+    assert not rounding.numbers_close(num("12"), num("12.0000006"))
+    assert rounding.numbers_close(num("12"), num("12.0000001"))  # one unit in the last place, 2e-6 relative
+    assert rounding.numbers_close((F(2), None), (F(2), (1, 2)))
     assert rounding._decimal_digits("0.014286") == (6, 5) and rounding._decimal_digits("1,234.50") == (2, 6)
 
 
@@ -614,9 +614,9 @@ def test_decimal_rounds():
 
 
 def test_literal_decimals_in_sympy_expressions():
-    if not parse._MV:
-        parse._init_worker()
-    sp = parse._MV["sympy"]
+    if not parse.MV:
+        parse.init_worker()
+    sp = parse.MV["sympy"]
     from fractions import Fraction as F
 
     assert compare._literal_decimal(sp.Float("2.6667")) == (F("2.6667"), (4, 5))

@@ -1,4 +1,4 @@
-"""rlvr.train and rlvr.evaluate again and again in one Python process (a notebook, a sweep): each
+"""rlvr.api.train and rlvr.api.evaluate again and again in one Python process (a notebook, a sweep): each
 run, finished or failed, leaves nothing behind that the next one would trip on or a user would see
 (process groups, DeepSpeed's references to them, torch's excepthook, environment variables,
 threads, child processes, logging levels and handlers), and a run gives the same numbers whatever
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-import rlvr
+import rlvr.api
 from conftest import wait_until
 
 ROWS = [{"question": f"What is {a} + {b}?", "answer": str(a + b)} for a in range(1, 21) for b in range(1, 21)]
@@ -129,19 +129,19 @@ def numbers(result) -> list[tuple]:
 def test_runs_one_after_another_in_one_process(tmp_path, tiny_model, small_model, monkeypatch):
     """Train A, train B (another model, a KL reference, a learning-rate schedule), a run that fails
     mid-step, evaluate, train A again: each works, each leaves the process as it found it, and A
-    gives the same numbers the second time. (A second rlvr.train failed with DeepSpeed's "Group ...
+    gives the same numbers the second time. (A second rlvr.api.train failed with DeepSpeed's "Group ...
     is not registered": DeepSpeed kept the first run's destroyed groups.)"""
     import rlvr.training.learner as learner
 
     start = Leftovers()
-    first = rlvr.train(RECIPE, overrides=settings(tiny_model, "hf"), rewards={"short": short},
-                       tasks={"sums": ROWS}, output_dir=tmp_path / "a")
+    first = rlvr.api.train(RECIPE, overrides=settings(tiny_model, "hf"), rewards={"short": short},
+                           tasks={"sums": ROWS}, output_dir=tmp_path / "a")
     start.check("train A")
     assert numbers(first)[0][1] > 0 and first.summary["eval_after"]["n"] == 4  # rewards that vary
 
     other = settings(small_model, "hf", **{"algorithm.kl.beta": 0.05, "trainer.schedule": "cosine"})
-    second = rlvr.train(RECIPE, overrides=other, rewards=[short], tasks={"sums": ROWS},
-                        output_dir=tmp_path / "b")
+    second = rlvr.api.train(RECIPE, overrides=other, rewards=[short], tasks={"sums": ROWS},
+                            output_dir=tmp_path / "b")
     start.check("train B")
     assert len(second.metrics()) == 2 and (second.final_model / "config.json").exists()
 
@@ -151,18 +151,18 @@ def test_runs_one_after_another_in_one_process(tmp_path, tiny_model, small_model
     with monkeypatch.context() as patch:
         patch.setattr(learner.Learner, "update", broken)
         with pytest.raises(RuntimeError, match="the update broke"):
-            rlvr.train(RECIPE, overrides=settings(tiny_model, "hf"), rewards={"short": short},
-                       tasks={"sums": ROWS}, output_dir=tmp_path / "broken")
+            rlvr.api.train(RECIPE, overrides=settings(tiny_model, "hf"), rewards={"short": short},
+                           tasks={"sums": ROWS}, output_dir=tmp_path / "broken")
     start.check("a failed run")
 
-    evaluated = rlvr.evaluate(RECIPE, first.final_model, overrides={"sampling.backend": "hf", "eval.limit": 4,
-                                                                    "eval.max_tokens": 8},
-                              rewards={"short": short}, tasks={"sums": ROWS}, output_dir=tmp_path / "ev")
+    evaluated = rlvr.api.evaluate(RECIPE, first.final_model, overrides={"sampling.backend": "hf", "eval.limit": 4,
+                                                                        "eval.max_tokens": 8},
+                                  rewards={"short": short}, tasks={"sums": ROWS}, output_dir=tmp_path / "ev")
     start.check("evaluate")
     assert evaluated.report["n"] == 4
 
-    again = rlvr.train(RECIPE, overrides=settings(tiny_model, "hf"), rewards={"short": short},
-                       tasks={"sums": ROWS}, output_dir=tmp_path / "a2")
+    again = rlvr.api.train(RECIPE, overrides=settings(tiny_model, "hf"), rewards={"short": short},
+                           tasks={"sums": ROWS}, output_dir=tmp_path / "a2")
     start.check("train A again")
     assert numbers(again) == numbers(first)
     assert again.summary["eval_after"]["accuracy"] == first.summary["eval_after"]["accuracy"]
@@ -175,12 +175,12 @@ def test_vllm_runs_one_after_another_in_one_process(tmp_path, tiny_model):
     in os.environ (LD_PRELOAD among them) as it starts."""
     start = Leftovers()
     for name in ("a", "b"):
-        result = rlvr.train(RECIPE, overrides=settings(tiny_model, "vllm", **{"trainer.eval_at_end": False}),
-                            rewards={"short": short}, tasks={"sums": ROWS}, output_dir=tmp_path / name)
+        result = rlvr.api.train(RECIPE, overrides=settings(tiny_model, "vllm", **{"trainer.eval_at_end": False}),
+                                rewards={"short": short}, tasks={"sums": ROWS}, output_dir=tmp_path / name)
         start.check(f"vllm train {name}")
         assert len(result.metrics()) == 2
-    evaluated = rlvr.evaluate(RECIPE, result.final_model, overrides={"sampling.backend": "vllm", "eval.limit": 4,
-                                                                     "eval.max_tokens": 8},
-                              rewards={"short": short}, tasks={"sums": ROWS}, output_dir=tmp_path / "ev")
+    evaluated = rlvr.api.evaluate(RECIPE, result.final_model, overrides={"sampling.backend": "vllm", "eval.limit": 4,
+                                                                         "eval.max_tokens": 8},
+                                  rewards={"short": short}, tasks={"sums": ROWS}, output_dir=tmp_path / "ev")
     start.check("vllm evaluate")
     assert evaluated.report["n"] == 4

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-import rlvr
+import rlvr.api
 from rlvr import RlvrError
 from rlvr.cli.main import cli
 from rlvr.host.registry import load_registry
@@ -93,15 +93,15 @@ def test_train_eval_and_pool_refuse_a_row_without_the_answer_before_the_model(ba
 
 def test_the_python_api_refuses_it_too(bad_recipe, tmp_path):
     with pytest.raises(RlvrError, match="rows.jsonl line 111: no column 'answer' \\(the reward 'math' needs it\\)"):
-        rlvr.train(bad_recipe, output_dir=tmp_path / "run")
+        rlvr.api.train(bad_recipe, output_dir=tmp_path / "run")
     with pytest.raises(RlvrError, match="rows.jsonl line 111: no column 'answer'"):
-        rlvr.evaluate(bad_recipe, overrides={"data.eval_split": "train"}, output_dir=tmp_path / "ev")
+        rlvr.api.evaluate(bad_recipe, overrides={"data.eval_split": "train"}, output_dir=tmp_path / "ev")
     # rows given from Python name their task, split and place in the split
     recipe = {"name": "py", "task": "sums", "prompt": {"template": "{{question}}"}, "rewards": {"math": 1.0},
               "model": {"name": NO_MODEL}}
     with pytest.raises(RlvrError, match=r"^task 'sums' split 'train' row 3: column 'answer' is null \(the reward"):
-        rlvr.train(recipe, tasks={"sums": {"train": ROWS[:2] + [{"question": "1?", "answer": None}], "test": ROWS}},
-                   output_dir=tmp_path / "run")
+        rlvr.api.train(recipe, tasks={"sums": {"train": ROWS[:2] + [{"question": "1?", "answer": None}], "test": ROWS}},
+                       output_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists() and not (tmp_path / "ev").exists()
 
 

@@ -27,13 +27,13 @@ def test_a_named_tracker_must_be_installed(monkeypatch):
 def test_validate_refuses_a_missing_tracker_in_one_line(monkeypatch):
     from pathlib import Path
 
-    from rlvr.cli.common import _load_resolved, _registry
+    from rlvr.cli.common import load_resolved, cli_registry
 
     monkeypatch.setattr(tracking, "_installed", lambda name: name != "wandb")
     demo = Path(__file__).resolve().parents[1] / "tasks/demo.yaml"
     with pytest.raises(RlvrError, match=r"which is not installed: pip install 'rlvr\[wandb\]'"):
-        _load_resolved(demo, ["trainer.report_to=[wandb]"], None, _registry())
-    assert _load_resolved(demo, ["trainer.report_to=[trackio]"], None, _registry()).trainer.report_to == ["trackio"]
+        load_resolved(demo, ["trainer.report_to=[wandb]"], None, cli_registry())
+    assert load_resolved(demo, ["trainer.report_to=[trackio]"], None, cli_registry()).trainer.report_to == ["trackio"]
 
 
 def test_trackio_offline_gets_each_row_at_its_step(tmp_path, monkeypatch):

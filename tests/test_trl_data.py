@@ -263,7 +263,7 @@ def test_rlvr_validate_data_reads_a_trl_dataset_and_refuses_a_repr_in_one_line(t
 
 @pytest.mark.slow  # trains a tiny model for two steps
 def test_training_on_a_trl_dataset_shows_the_turns_and_gives_trl_rewards_messages(tmp_path, tiny_model):
-    import rlvr
+    import rlvr.api
 
     seen = []
 
@@ -274,7 +274,7 @@ def test_training_on_a_trl_dataset_shows_the_turns_and_gives_trl_rewards_message
     recipe = {"name": "trl", "task": {"name": "sums", "options": {}}, "rewards": {"exact": 1.0},
               "model": {"name": str(tiny_model)}, "sampling": {"backend": "hf", "max_tokens": 4, "num_generations": 2},
               "trainer": {"steps": 2, "rollout_batch_size": 4, "micro_batch_size": 4, "samples_every": 1}}
-    result = rlvr.train(recipe, rewards={"exact": exact}, tasks={"sums": TRL_ROWS}, output_dir=tmp_path / "run")
+    result = rlvr.api.train(recipe, rewards={"exact": exact}, tasks={"sums": TRL_ROWS}, output_dir=tmp_path / "run")
     assert seen and all(p[0] == {"role": "system", "content": "Reply with a number."} and p[1]["role"] == "user"
                         for p in seen)
     shown = result.samples(1)[0]["prompt"]

@@ -208,7 +208,7 @@ def test_lazy_start_and_shutdown():
 
 
 def test_close_shared_stops_every_process_wide_pool_and_the_sandboxes():
-    """What rlvr.train and rlvr.evaluate do when they end: the rewards' warm pools and the
+    """What rlvr.api.train and rlvr.api.evaluate do when they end: the rewards' warm pools and the
     sandbox's stop, and the next use starts new ones."""
     from plugins.sandbox import get_sandbox
     from rlvr.kit import close_shared, shared_pool

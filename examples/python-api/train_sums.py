@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import re
 
-import rlvr
+import rlvr.api
 
 
 def exact_number(completions, answer, **kwargs):
@@ -43,8 +43,8 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE")
     parser.add_argument("--output-dir", default="runs/python_sums")
     args = parser.parse_args()
-    result = rlvr.train(RECIPE, rewards={"exact_number": exact_number}, tasks={"sums": ROWS},
-                        overrides=args.overrides, output_dir=args.output_dir)
+    result = rlvr.api.train(RECIPE, rewards={"exact_number": exact_number}, tasks={"sums": ROWS},
+                            overrides=args.overrides, output_dir=args.output_dir)
     before, after = result.summary["eval_before"]["accuracy"], result.summary["eval_after"]["accuracy"]
     print(f"held-out accuracy {100 * before:.1f}% -> {100 * after:.1f}%; model in {result.final_model}")
     print(f"last step: reward {result.metrics()[-1]['reward_mean']:.3f}")

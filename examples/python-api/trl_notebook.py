@@ -1,7 +1,7 @@
 """A TRL user's notebook, cell by cell, in one Python process: a dataset in TRL's conversational
 format (a ``prompt`` column of chat messages) in a JSONL file, a list of TRL-style rewards with
-weights (TRL's own ``accuracy_reward`` among them, and one with a bug), two ``rlvr.train`` calls
-and an ``rlvr.evaluate``. About 4 minutes on 2 cores:
+weights (TRL's own ``accuracy_reward`` among them, and one with a bug), two ``rlvr.api.train`` calls
+and an ``rlvr.api.evaluate``. About 4 minutes on 2 cores:
 
     .venv/bin/python examples/python-api/trl_notebook.py [KEY=VALUE ...] [--output-dir DIR]
 
@@ -21,7 +21,7 @@ from pathlib import Path
 
 from trl.rewards import accuracy_reward  # TRL's own, unchanged: it wants the answer in \boxed{}
 
-import rlvr
+import rlvr.api
 
 
 def correct(completions, solution, **kwargs):
@@ -79,22 +79,22 @@ def main() -> None:
     write_dataset(data)
     rec = recipe(data)
 
-    print(">>> rlvr.train(rec, rewards=[correct, accuracy_reward, short, typo_reward], reward_weights=[1.0, 0.5, 0.1, 0.1])")
+    print(">>> rlvr.api.train(rec, rewards=[correct, accuracy_reward, short, typo_reward], reward_weights=[1.0, 0.5, 0.1, 0.1])")
     try:
-        rlvr.train(rec, rewards=REWARDS, reward_weights=WEIGHTS, overrides=args.overrides, output_dir=out / "run1")
+        rlvr.api.train(rec, rewards=REWARDS, reward_weights=WEIGHTS, overrides=args.overrides, output_dir=out / "run1")
     except rlvr.RlvrError as exc:
         print(f"RlvrError: {exc}")
 
-    print(">>> rlvr.train(..., overrides=[..., 'when_unscored=skip'])")
-    result = rlvr.train(rec, rewards=REWARDS, reward_weights=WEIGHTS, overrides=[*args.overrides, "when_unscored=skip"],
-                        output_dir=out / "run2")
+    print(">>> rlvr.api.train(..., overrides=[..., 'when_unscored=skip'])")
+    result = rlvr.api.train(rec, rewards=REWARDS, reward_weights=WEIGHTS, overrides=[*args.overrides, "when_unscored=skip"],
+                            output_dir=out / "run2")
     print("steps (step, reward, optimizer steps):",
           [(m["step"], round(m["reward_mean"], 3), m["optimizer_steps"]) for m in result.metrics()])
     last = result.metrics()[-1]["step"]
     print(f"a sample of step {last}: {result.samples(last)[0]['turns'][0]['text'][:60]!r}")
 
-    print(">>> rlvr.evaluate(rec, result.final_model, rewards=[correct])")
-    ev = rlvr.evaluate(rec, result.final_model, rewards=[correct], overrides=args.overrides, output_dir=out / "eval")
+    print(">>> rlvr.api.evaluate(rec, result.final_model, rewards=[correct])")
+    ev = rlvr.api.evaluate(rec, result.final_model, rewards=[correct], overrides=args.overrides, output_dir=out / "eval")
     print(f"held-out accuracy of the trained model: {100 * ev.accuracy:.1f}% on {ev.report['n']} problems")
 
 

@@ -49,7 +49,7 @@ at 85% of it usually stops the work first and keeps the worker: ``rlvr.kit.deadl
    than 10 significant digits never equals an irrational value;
 6. ``math_verify.verify`` for everything else (text answers, sets vs relations, ...);
    Named values against an unnamed list (``x=2 and y=3`` vs ``(2, 3)``) are compared in order
-   before all this (never as a set); a decimal equals what it rounds (see ``rounding._numbers_close``);
+   before all this (never as a set); a decimal equals what it rounds (see ``rounding.numbers_close``);
 7. where the literal reading is not equal, other readings of either side: a gold
    ``label = value`` (``V_1:V_2=11:21``, ``AB=4, CD=5``) against a bare value, and a
    decimal comma (``1,22``) where the comma cannot separate thousands.
@@ -81,8 +81,8 @@ from rlvr.kit import completion_text, last_boxed, map_with_deadline, shared_pool
 
 from .extract import EXTRACT_MODES, GOLD_MODES, ExtractMode, GoldMode, boxed_answer, extract_answer, extract_gold
 from .normalise import normalize_answer
-from .parse import _init_worker
-from .worker import _score_item, check_answer
+from .parse import init_worker
+from .worker import check_answer, score_item
 
 __all__ = ["math_reward", "check_answer", "extract_answer", "extract_gold", "last_boxed", "boxed_answer",
            "normalize_answer", "EXTRACT_MODES", "GOLD_MODES", "rlvr_register_rewards"]
@@ -101,7 +101,7 @@ def _pool(workers: int = 0):
             raise RlvrError(f"RLVR_MATH_WORKERS must be an integer, got {size!r}") from None
     # 2 GiB of growth per worker: far more than any sane answer needs, and a cap
     # on what a pathological one can take from the trainer beside it.
-    return shared_pool(workers, _init_worker, memory_limit_mb=2048)
+    return shared_pool(workers, init_worker, memory_limit_mb=2048)
 
 
 def math_reward(
@@ -148,7 +148,7 @@ def math_reward(
         gold_text = "" if gold_value is None else str(gold_value)
         items.append((completion_text(completion), gold_text, extract, gold, int(max_answer_chars), soft,
                       bool(approximate_irrational)))
-    results = map_with_deadline(_pool(int(workers)), _score_item, items, timeout=float(timeout), reward="math")
+    results = map_with_deadline(_pool(int(workers)), score_item, items, timeout=float(timeout), reward="math")
     scores = []
     for result in results:
         if result.ok:

@@ -8,7 +8,7 @@ vs values (only ``x = 5`` may stand for ``5``, never ``x^2+1=0`` for ``0``), equ
 equations (equal up to a nonzero factor), inequalities, tuples, sets, intervals and matrices
 element-wise, expression trees equal up to the order of terms and factors, symbolic
 expressions at random rational points with adaptive-precision evaluation. Values too large to
-evaluate and unevaluated arithmetic against a number score 0 (``_compare``). Runs in workers.
+evaluate and unevaluated arithmetic against a number score 0 (``compare_parsed``). Runs in workers.
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from fractions import Fraction
 
 from rlvr.kit.deadline import SoftTimeout
 
-from .normalise import _EQ_SEP_RE
-from .parse import _MV, _Parsed
-from .rounding import _MACHINE_FLOAT_DIGITS, _REL_TOL_FLOAT, _numbers_close
+from .normalise import EQ_SEP_RE
+from .parse import MV, Parsed
+from .rounding import MACHINE_FLOAT_DIGITS, REL_TOL_FLOAT, numbers_close
 
 @dataclass
 class Approximations:
@@ -63,7 +63,7 @@ def _combine(verdicts) -> bool | None:
 
 
 def _has_float(e) -> bool:
-    sp = _MV["sympy"]
+    sp = MV["sympy"]
     try:
         return bool(e.atoms(sp.Float))
     except Exception:  # noqa: BLE001
@@ -73,7 +73,7 @@ def _has_float(e) -> bool:
 def _is_zero_value(v) -> bool | None:
     """Is the evalf result ``v`` zero? sympy's evalf is adaptive: a nonzero difference
     comes back with full precision, one it cannot tell from zero as ``0.e-160``."""
-    sp = _MV["sympy"]
+    sp = MV["sympy"]
     if v == 0:
         return True
     parts = [sp.re(v), sp.im(v)] if not v.is_real else [v]
@@ -90,8 +90,8 @@ def _is_zero_value(v) -> bool | None:
 
 def _numbers_equal(g, p) -> bool | None:
     """Exact comparison of constant expressions; a written decimal against an exact value or another
-    decimal as a rounding (:func:`_numbers_close`); relative tolerance for other decimal arithmetic."""
-    sp = _MV["sympy"]
+    decimal as a rounding (:func:`numbers_close`); relative tolerance for other decimal arithmetic."""
+    sp = MV["sympy"]
     try:
         written = g, p
         g, p = g.doit(), p.doit()
@@ -108,12 +108,12 @@ def _numbers_equal(g, p) -> bool | None:
         if None not in plain and (plain[0][1] or plain[1][1]):  # a decimal as written: what it rounds
             if _approximates_irrational(g, plain[0], plain[1]):
                 return False
-            return _numbers_close(*plain)
+            return numbers_close(*plain)
         if _rounded_irrational(g, p) or _rounded_irrational(p, g):
             return False
         if _has_float(g) or _has_float(p):
             scale = max(abs(gv), abs(pv))
-            return bool(abs(gv - pv) <= _REL_TOL_FLOAT * scale)
+            return bool(abs(gv - pv) <= REL_TOL_FLOAT * scale)
         return _is_zero_value((g - p).evalf(30))
     except SoftTimeout:
         raise
@@ -129,7 +129,7 @@ def _literal_decimal(e) -> tuple | None:
     reads as the same double (a written trailing zero is lost: ``2.6670`` reads as ``2.667``)."""
     from decimal import Decimal
 
-    sp = _MV["sympy"]
+    sp = MV["sympy"]
     sign = 1
     if isinstance(e, sp.Mul) and len(e.args) == 2 and e.args[0] == -1:
         e, sign = e.args[1], -1
@@ -149,12 +149,12 @@ def _approximates_irrational(gold, gold_plain: tuple, pred_plain: tuple) -> bool
     model that writes 3.1416 for \\pi has approximated, not solved (Qwen2.5-Math's grader accepts
     it: the option). A full-precision float (a program's ``print(math.pi)``) is the value itself,
     as math-verify reads it; a decimal gold against an exact prediction keeps the rounding rule."""
-    sp = _MV["sympy"]
+    sp = MV["sympy"]
     state = _APPROXIMATIONS.get()
     if state.allowed or gold_plain[1] is not None or pred_plain[1] is None:
         return False
-    refused = (not isinstance(gold, sp.Rational) and pred_plain[1][1] < _MACHINE_FLOAT_DIGITS
-               and _numbers_close(gold_plain, pred_plain))  # else it differs anyway: nothing to note
+    refused = (not isinstance(gold, sp.Rational) and pred_plain[1][1] < MACHINE_FLOAT_DIGITS
+               and numbers_close(gold_plain, pred_plain))  # else it differs anyway: nothing to note
     state.refused |= refused
     return refused
 
@@ -163,11 +163,11 @@ _EXACT_DIGITS = 40  # an exact irrational value is compared through this many di
 
 
 def _as_plain(written, value) -> tuple | None:
-    """A side of :func:`_numbers_equal` as :func:`_numbers_close` takes it: a literal decimal
+    """A side of :func:`_numbers_equal` as :func:`numbers_close` takes it: a literal decimal
     with its written digits, or an exact real value (no float in it) as a Fraction -- an
     irrational one (``\\pi``, ``\\sqrt{2}``, ``e``) through 40 correct digits; None for anything
     else (arithmetic on decimals, complex values, a value evalf cannot pin down)."""
-    sp = _MV["sympy"]
+    sp = MV["sympy"]
     literal = _literal_decimal(written)
     if literal is not None:
         return literal
@@ -191,7 +191,7 @@ def _rounded_irrational(decimal, exact) -> bool:
     written digit says how it was rounded. (A decimal as written is compared through
     :func:`_as_plain` before this.) A full-precision decimal (a float printed by a program) is
     the value itself; rationals keep the float tolerance."""
-    sp = _MV["sympy"]
+    sp = MV["sympy"]
     if not _has_float(decimal) or _has_float(exact):
         return False
     value = decimal.doit()
@@ -210,7 +210,7 @@ def _sample_points(symbols, count: int):
     import random
 
     rng = random.Random(20240917)  # fixed: the same pair always gets the same verdict
-    sp = _MV["sympy"]
+    sp = MV["sympy"]
     for _ in range(count):
         yield {s: sp.Rational(rng.choice([-1, 1]) * rng.randint(3, 97), rng.randint(2, 29)) for s in symbols}
 
@@ -219,7 +219,7 @@ def _values_at(exprs, point):
     """30-digit values at a point, or None where one is undefined (or sympy cannot evaluate it). ``evalf(subs=)`` is
     adaptive: a difference that cancels to 1e-40 comes back as 1e-40, not 0, and huge
     powers are not expanded as exact rationals."""
-    sp = _MV["sympy"]
+    sp = MV["sympy"]
     values = []
     try:
         for e in exprs:
@@ -236,14 +236,14 @@ def _values_at(exprs, point):
 
 def _texty(e) -> bool:
     """``Monday`` parses as M*o*n*d*a*y: math-verify compares such things as text."""
-    sp = _MV["sympy"]
+    sp = MV["sympy"]
     return isinstance(e, sp.Symbol) or (isinstance(e, sp.Mul) and all(isinstance(a, sp.Symbol) or a == sp.E for a in e.args))
 
 
 def _summed(e):
     """``e`` with its sums and products in closed form where sympy finds one; None where one
     stays symbolic: random rational values of a summation bound mean nothing."""
-    sp = _MV["sympy"]
+    sp = MV["sympy"]
     if not e.has(sp.Sum, sp.Product):
         return e
     done = e.doit()
@@ -264,7 +264,7 @@ def _functions_equal(g, p) -> bool | None:
             continue
         gv, pv, dv = values
         if tol_float:
-            same = abs(gv - pv) <= _REL_TOL_FLOAT * max(abs(gv), abs(pv))
+            same = abs(gv - pv) <= REL_TOL_FLOAT * max(abs(gv), abs(pv))
         else:
             same = _is_zero_value(dv) is True
         if not same:
@@ -281,7 +281,7 @@ def _proportional(e1, e2, positive: bool = False) -> bool | None:
     e1(p_k) e2(p_0) - e2(p_k) e1(p_0), evaluated as one expression so that evalf resolves
     a tiny difference (``x = 10^{-40}`` vs ``x = 0``) instead of rounding it away.
     """
-    sp = _MV["sympy"]
+    sp = MV["sympy"]
     e1, e2 = _summed(e1), _summed(e2)
     if e1 is None or e2 is None:
         return None
@@ -310,7 +310,7 @@ def _proportional(e1, e2, positive: bool = False) -> bool | None:
         return False
     for point, other_ratio in points[1:]:
         if tol_float:
-            if abs(other_ratio - ratio) > _REL_TOL_FLOAT * abs(ratio):
+            if abs(other_ratio - ratio) > REL_TOL_FLOAT * abs(ratio):
                 return False
             continue
         subs = {here[s]: v for s, v in point.items()} | {there[s]: v for s, v in reference.items()}
@@ -323,7 +323,7 @@ def _inequalities_equal(g, p) -> bool | None:
     """``a < b`` vs ``c < d`` (or ``d > c``): the same when ``a-b`` is a positive multiple of
     ``c-d``; different when the two differ by a nonzero constant (``x > 10^{-20}`` vs ``x > 0``,
     which math-verify's chopped numeric comparison calls equal). Otherwise no opinion."""
-    sp = _MV["sympy"]
+    sp = MV["sympy"]
     flip = {sp.StrictLessThan: sp.StrictGreaterThan, sp.StrictGreaterThan: sp.StrictLessThan,
             sp.LessThan: sp.GreaterThan, sp.GreaterThan: sp.LessThan}
     e1 = g.lhs - g.rhs
@@ -343,7 +343,7 @@ def _inequalities_equal(g, p) -> bool | None:
 
 def _is_assignment_lhs(lhs) -> bool:
     """``x``, ``f(x)``, ``x+y``: a left side naming what the value is, not an equation to solve."""
-    sp = _MV["sympy"]
+    sp = MV["sympy"]
     try:
         return bool(lhs.free_symbols) and not lhs.atoms(sp.Number)
     except Exception:  # noqa: BLE001
@@ -352,7 +352,7 @@ def _is_assignment_lhs(lhs) -> bool:
 
 def _percent_forms(e) -> list:
     """latex2sympy writes ``5\\%`` as ``5*UnevaluatedExpr(1/100)``; math-verify lets it equal 5 or 0.05."""
-    sp = _MV["sympy"]
+    sp = MV["sympy"]
     if isinstance(e, sp.Mul) and len(e.args) == 2 and e.args[1] == sp.UnevaluatedExpr(sp.Rational(1, 100)):
         return [e.args[0], e.args[0] / 100]
     return [e]
@@ -360,7 +360,7 @@ def _percent_forms(e) -> list:
 
 def _strict_check(g, p, depth: int = 0) -> bool | None:
     """Our own verdict on a pair math-verify called equal: True, False (veto) or None (no opinion)."""
-    sp = _MV["sympy"]
+    sp = MV["sympy"]
     if depth > 6 or isinstance(g, str) or isinstance(p, str):
         return None
     try:
@@ -424,7 +424,7 @@ def _tree_key(e):
     """A key of the expression tree in which the terms of a sum and the factors of a product
     are unordered: the parser leaves them as written (``F_k F_{n-k-1}`` vs ``F_{n-k-1} F_k``).
     Nothing is evaluated (rebuilding ``Eq(n, {1,2})`` would evaluate it to False)."""
-    sp = _MV["sympy"]
+    sp = MV["sympy"]
     args = getattr(e, "args", ())
     if not args:
         return e
@@ -473,7 +473,7 @@ def _log10_size(e) -> float:
     only as large as their parts."""
     import math
 
-    sp = _MV["sympy"]
+    sp = MV["sympy"]
     if isinstance(e, sp.Rational):
         return max(math.log10(abs(e.p) or 1), math.log10(e.q))
     if isinstance(e, (sp.Float, sp.NumberSymbol)):
@@ -528,18 +528,18 @@ def _unevaluated_arithmetic(text: str) -> bool:
     (``What is 12 + 18?`` -> ``12 + 18``) instead of answering it -- measured on the demo,
     where held-out "accuracy" went to 100% that way.
     """
-    side = _EQ_SEP_RE.split(text)[-1]
+    side = EQ_SEP_RE.split(text)[-1]
     side = _ARITH_LAYOUT_RE.sub("", _ARITH_COMMAND_RE.sub("*", side))
     if not side or any(c not in "0123456789.,+-*/^(){}" for c in side):
         return False
     return _BINARY_OP_RE.search(side) is not None and not _SCIENTIFIC_RE.fullmatch(side)
 
 
-def _compare(gold: _Parsed, pred: _Parsed) -> tuple[bool, str]:
+def compare_parsed(gold: Parsed, pred: Parsed) -> tuple[bool, str]:
     if gold.key == pred.key:
         return True, "identical after normalisation"
     if gold.number is not None and pred.number is not None:
-        equal = _numbers_close(gold.number, pred.number)
+        equal = numbers_close(gold.number, pred.number)
         return equal, ("equal" if equal else "not equal") + " (numbers)"
     if gold.number is not None and _unevaluated_arithmetic(pred.text):
         return False, "not an answer: an unevaluated arithmetic expression for a number"
@@ -554,6 +554,6 @@ def _compare(gold: _Parsed, pred: _Parsed) -> tuple[bool, str]:
     own = _strict_check(gold.expr, pred_expr)
     if own is not None:
         return own, ("equal" if own else "not equal") + " (exact check)"
-    if _MV["verify"](gold.expr, pred_expr, timeout_seconds=None, allow_set_relation_comp=True):
+    if MV["verify"](gold.expr, pred_expr, timeout_seconds=None, allow_set_relation_comp=True):
         return True, "equal (math-verify)"
     return False, "not equal (math-verify)"

@@ -201,7 +201,7 @@ def _plain_candidate(text: str, m: re.Match, lo: int, hi: int) -> tuple[str, int
     """A plain-text expression, widened when it touches LaTeX markup."""
     before = text[m.start() - 1] if m.start() > lo else ""
     after = text[m.end()] if m.end() < hi else ""
-    if before in _MARKUP or after in _MARKUP or _depth_at(text[lo : m.start()], m.start() - lo) > 0:
+    if before in _MARKUP or after in _MARKUP or depth_at(text[lo : m.start()], m.start() - lo) > 0:
         run = _math_run(text, m.start(), m.end(), lo, hi)
         if run is not None:
             return run
@@ -259,13 +259,13 @@ def _sentence_end(text: str, start: int, limit: int = 400) -> int:
     envs = _math_envs(text[:stop], start)
     i = start
     for m in _SENTENCE_END_RE.finditer(text, start, stop):
-        inside = any(s < m.start() < e for s, e, _ in envs) or _depth_at(text[i:m.start()], m.start() - i) > 0
+        inside = any(s < m.start() < e for s, e, _ in envs) or depth_at(text[i:m.start()], m.start() - i) > 0
         if not inside and m.start() > start:
             return m.start()
     return stop
 
 
-def _depth_at(s: str, index: int) -> int:
+def depth_at(s: str, index: int) -> int:
     depth, i = 0, 0
     while i < index:
         if s[i] == "\\":

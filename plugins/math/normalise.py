@@ -4,7 +4,7 @@ Math delimiters, ``\\dfrac``, ``\\mathrm{e}``, units, thousands separators, ``\\
 scientific notation, repeating decimals, lists joined by words and the units of each item (one
 letter in ``\\text{ m}``, never a bare ``2m``), a worked computation ``1+18 = 19`` as its
 result, mixed numbers ``4 4/9``, a trailing ``\\\\`` or spacing command. Also the bracket-aware
-splitting (``_top_level``) and the label test (``_is_label``: ``x``, ``f(x)``, ``V_1:V_2``) that
+splitting (``top_level``) and the label test (``is_label``: ``x``, ``f(x)``, ``V_1:V_2``) that
 the comparison reuses. Pure string work, like extraction.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import itertools
 import re
 
-from .extract import _depth_at
+from .extract import depth_at
 
 __all__ = ["normalize_answer"]
 
@@ -94,11 +94,11 @@ def _strip_units(s: str) -> str:
     """Drop trailing units: ``5\\text{ cm}^2``, ``12 square feet``; never text inside braces."""
     for _ in range(2):
         m = _UNIT_TEXT_RE.search(s)
-        if m and s[: m.start()].strip() and _depth_at(s, m.start()) == 0:
+        if m and s[: m.start()].strip() and depth_at(s, m.start()) == 0:
             s = s[: m.start()].rstrip()
             continue
         m = _UNIT_WORDS_RE.search(s)
-        if m and not (set(m.group(1).lower().split()) & _MATH_WORDS) and _depth_at(s, m.start()) == 0:
+        if m and not (set(m.group(1).lower().split()) & _MATH_WORDS) and depth_at(s, m.start()) == 0:
             s = s[: m.start()].rstrip()
             continue
         break
@@ -120,21 +120,21 @@ def _strip_letter_units(s: str) -> str:
     if "\\" not in s:
         return s
     out, last = [], 0
-    for m in itertools.islice(_LETTER_UNIT_RE.finditer(s), 50):  # _depth_at is linear: a bounded count
-        if _depth_at(s, m.start()) == 0:
+    for m in itertools.islice(_LETTER_UNIT_RE.finditer(s), 50):  # depth_at is linear: a bounded count
+        if depth_at(s, m.start()) == 0:
             out.append(s[last : m.start()])
             last = m.end()
     return "".join(out) + s[last:] if out else s
 
 
 # Separators of list items; not a thousands comma ("x = 1,000" is one item).
-_ITEM_SEP_RE = re.compile(r";|,(?!\d{3}(?![\d.]))")
+ITEM_SEP_RE = re.compile(r";|,(?!\d{3}(?![\d.]))")
 
 
 def _strip_item_units(s: str) -> str:
     """``3\\text{ cm}, 5\\text{ cm}`` -> ``3, 5``: the units of each item of a list (the whole-answer
     pass only sees the last one). Unchanged unless an item lost a unit."""
-    items = _top_level(s, _ITEM_SEP_RE)
+    items = top_level(s, ITEM_SEP_RE)
     if len(items) < 2 or len(items) > 50:
         return s
     stripped = [_strip_units(item.strip()) for item in items]
@@ -174,7 +174,7 @@ def _join_words(s: str) -> str:
     s = _TEXT_JOIN_RE.sub(", ", s)
     out, last = [], 0
     for m in _WORD_JOIN_RE.finditer(s):
-        if _depth_at(s, m.start()) == 0 and "\\text" not in s[max(0, m.start() - 6) : m.start()]:
+        if depth_at(s, m.start()) == 0 and "\\text" not in s[max(0, m.start() - 6) : m.start()]:
             out.append(s[last : m.start()])
             out.append(", ")
             last = m.end()
@@ -219,10 +219,10 @@ def normalize_answer(s: str) -> str:
     return re.sub(r"\s+", " ", s).strip()
 
 
-_OPEN, _CLOSE = set("([{"), set(")]}")
+OPEN, CLOSE = set("([{"), set(")]}")
 
 
-def _top_level(s: str, sep: re.Pattern) -> list[str]:
+def top_level(s: str, sep: re.Pattern) -> list[str]:
     """``s`` split at the matches of ``sep`` outside brackets of any kind (half-open
     intervals such as ``[1, 2)`` still balance: any opener and any closer count)."""
     parts, depth, last, i = [], 0, 0, 0
@@ -236,9 +236,9 @@ def _top_level(s: str, sep: re.Pattern) -> list[str]:
                 continue
             i += 2
             continue
-        if c in _OPEN:
+        if c in OPEN:
             depth += 1
-        elif c in _CLOSE:
+        elif c in CLOSE:
             depth -= 1
         elif depth == 0:
             m = sep.match(s, i)
@@ -251,12 +251,12 @@ def _top_level(s: str, sep: re.Pattern) -> list[str]:
     return parts
 
 
-_EQ_SEP_RE = re.compile(r"(?<![<>!=:\\])=(?!=)")
+EQ_SEP_RE = re.compile(r"(?<![<>!=:\\])=(?!=)")
 _APPROX_SEP_RE = re.compile(r"\\approx(?![A-Za-z])|≈")
 _LATEX_CMD_RE = re.compile(r"\\[A-Za-z]+")
 
 
-def _has_letters(s: str) -> bool:
+def has_letters(s: str) -> bool:
     """Letters outside LaTeX commands: ``x``, ``f(n)``, ``\\frac{NO}{BO}``; not ``\\frac{1}{2}``."""
     return bool(re.search(r"[A-Za-z]", _LATEX_CMD_RE.sub("", s)))
 
@@ -267,26 +267,26 @@ def _reduce_chain(s: str) -> str:
     left alone (``a=1, b=2``)."""
     if "=" not in s and "\\approx" not in s and "≈" not in s:
         return s
-    if len(_top_level(s, _ITEM_SEP_RE)) > 1:  # "a=1, b=2"; not "500 + 500 = 1,000"
+    if len(top_level(s, ITEM_SEP_RE)) > 1:  # "a=1, b=2"; not "500 + 500 = 1,000"
         return s
-    approx = _top_level(s, _APPROX_SEP_RE)
+    approx = top_level(s, _APPROX_SEP_RE)
     if len(approx) > 1:  # "x = 1/3 \approx 0.33" and "\pi \approx 3.14" keep the exact value
         head = approx[0].strip()
         if not head:
             s = approx[-1]
-        elif len(_top_level(head, _EQ_SEP_RE)) > 1 or not _is_label(head):
+        elif len(top_level(head, EQ_SEP_RE)) > 1 or not is_label(head):
             s = head
         else:  # "x \approx 11": the value of x
             s = f"{head} = {approx[-1].strip()}"
-    parts = [p.strip() for p in _top_level(s, _EQ_SEP_RE)]
+    parts = [p.strip() for p in top_level(s, EQ_SEP_RE)]
     if len(parts) < 2 or not all(parts):
         return s
     if len(parts) == 2:  # "1 + 2 \times 9 = 19"; not the equation "7 = 11a+c"
-        return parts[-1] if not (_has_letters(parts[0]) or _has_letters(parts[1])) else s
-    return f"{parts[0]} = {parts[-1]}" if _has_letters(parts[0]) else parts[-1]  # "1 = \zzz = x = 0"
+        return parts[-1] if not (has_letters(parts[0]) or has_letters(parts[1])) else s
+    return f"{parts[0]} = {parts[-1]}" if has_letters(parts[0]) else parts[-1]  # "1 = \zzz = x = 0"
 
 
-def _key(s: str) -> str:
+def match_key(s: str) -> str:
     return re.sub(r"\s+", "", s)
 
 
@@ -298,7 +298,7 @@ _LABEL_CHARS_RE = re.compile(r"[\s(){}|:,]")
 _CALL_ARGS_RE = re.compile(r"(?<=[A-Za-z])\([^()]*\)")
 
 
-def _is_label(s: str) -> bool:
+def is_label(s: str) -> bool:
     """``x``, ``x_1``, ``(p,q)``, ``f(x)``, ``|AB|``, ``V_1:V_2``, ``\\frac{NO}{BO}``: names, not
     expressions (no digits outside subscripts, no operators)."""
     s = _CALL_ARGS_RE.sub("", _SUBSCRIPT_RE.sub("", s))  # f(2), P(A): a function's value names

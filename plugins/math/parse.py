@@ -1,7 +1,7 @@
-"""One side of a comparison, parsed: the math stack (math-verify, sympy) and ``_Parsed``.
+"""One side of a comparison, parsed: the math stack (math-verify, sympy) and ``Parsed``.
 
 Everything from here on runs in worker processes (or in ``check_answer``'s caller) and imports
-math-verify and sympy lazily: ``_init_worker`` imports them once into ``_MV``. A side is parsed
+math-verify and sympy lazily: ``init_worker`` imports them once into ``MV``. A side is parsed
 with math-verify wrapped in ``\\boxed{}``, so that only its LaTeX parser runs on the whole string
 (its plain-text extractor takes the last number out of ``3x-y+13=0``), and the parse is rejected
 unless it consumed the whole normalised string (math-verify's unit stripping turned
@@ -13,13 +13,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .normalise import _key
-from .rounding import _plain_number
+from .normalise import match_key
+from .rounding import plain_number
 
-_MV: dict[str, Any] = {}  # the math stack, once _init_worker has imported it
+MV: dict[str, Any] = {}  # the math stack, once init_worker has imported it
 
 
-def _init_worker() -> None:
+def init_worker() -> None:
     """Worker initializer: import the math stack once and quiet its per-sample warnings."""
     import logging
 
@@ -30,7 +30,7 @@ def _init_worker() -> None:
     for name in ("math_verify", "latex2sympy2_extended"):
         logging.getLogger(name).setLevel(logging.CRITICAL)
     norm = NormalizationConfig(basic_latex=True, units=False, malformed_operators=True, nits=True, boxed="all", equations=False)
-    _MV.update(
+    MV.update(
         parse=math_verify.parse,
         verify=math_verify.verify,
         normalize=normalize_latex,
@@ -40,10 +40,10 @@ def _init_worker() -> None:
         expr_cfg=[math_verify.ExprExtractionConfig()],
         sympy=sympy,
     )
-    _Parsed("\\frac{1}{2}+x").expr  # noqa: B018 - warms the regex and parser caches
+    Parsed("\\frac{1}{2}+x").expr  # noqa: B018 - warms the regex and parser caches
 
 
-def _show(x: Any, limit: int = 200) -> str:
+def show(x: Any, limit: int = 200) -> str:
     try:
         text = str(x)
     except Exception:  # noqa: BLE001 - e.g. integers beyond the str() digit limit
@@ -51,7 +51,7 @@ def _show(x: Any, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + "..."
 
 
-class _Parsed:
+class Parsed:
     """One side of a comparison: the normalised text, its key for exact matching, a plain
     number when it is one, and the sympy parse -- done on first use of ``expr`` only."""
 
@@ -59,8 +59,8 @@ class _Parsed:
 
     def __init__(self, text: str):
         self.text = text
-        self.key = _key(_MV["normalize"]("\\boxed{" + text + "}", _MV["norm_last"]).strip())
-        self.number = _plain_number(text)
+        self.key = match_key(MV["normalize"]("\\boxed{" + text + "}", MV["norm_last"]).strip())
+        self.number = plain_number(text)
         self._note: str | None = None
         self._expr: Any = None
 
@@ -71,6 +71,11 @@ class _Parsed:
         return self._expr
 
     @property
+    def parsed_expr(self) -> Any:
+        """``expr`` where it was already parsed, else None (without parsing: for showing it)."""
+        return self._expr
+
+    @property
     def note(self) -> str:
         self.expr  # noqa: B018 - parses if not done yet
         return self._note or ""
@@ -78,22 +83,22 @@ class _Parsed:
 
 def _parse_expr(clean: str, key: str) -> tuple[Any, str]:
     """math-verify's parse of the whole answer, or (None, why not)."""
-    parse = _MV["parse"]
-    found = parse("\\boxed{" + clean + "}", extraction_config=_MV["latex_cfg"], fallback_mode="first_match", parsing_timeout=None)
+    parse = MV["parse"]
+    found = parse("\\boxed{" + clean + "}", extraction_config=MV["latex_cfg"], fallback_mode="first_match", parsing_timeout=None)
     expr = found[0] if found and not isinstance(found[0], str) else None
     if expr is not None:
         got = found[-1] if isinstance(found[-1], str) else ""
         # The parse must stand for the whole answer: math-verify may parse a piece of it.
-        if _key(got) != key or key.count("{") != key.count("}"):
-            return None, f"partial parse rejected ({_show(got, 60)!r})"
+        if match_key(got) != key or key.count("{") != key.count("}"):
+            return None, f"partial parse rejected ({show(got, 60)!r})"
         if re.search(r"\d\s+\d", got):
             # latex2sympy reads "2 3" as 2+3 and "1 000" as 1*0.
             return None, "digits separated by spaces are ambiguous"
         return _imaginary_unit(expr), "parsed"
     if not re.search(r"\\[A-Za-z]", clean):
         # Plain-text maths such as "sqrt(2)/2"; accepted only if the whole string was used.
-        found = parse(clean, extraction_config=_MV["expr_cfg"], fallback_mode="first_match", parsing_timeout=None)
-        if found and not isinstance(found[0], str) and _key(str(found[-1])) == _key(clean):
+        found = parse(clean, extraction_config=MV["expr_cfg"], fallback_mode="first_match", parsing_timeout=None)
+        if found and not isinstance(found[0], str) and match_key(str(found[-1])) == match_key(clean):
             return found[0], "parsed"
     return None, "could not parse"
 
@@ -101,7 +106,7 @@ def _parse_expr(clean: str, key: str) -> tuple[Any, str]:
 def _imaginary_unit(expr):
     """latex2sympy reads ``i`` as a symbol (``e^{i\\pi}`` stays exp(i*pi), not -1): make it sympy's I."""
     try:
-        unit = {s: _MV["sympy"].I for s in expr.free_symbols if s.name == "i"}
+        unit = {s: MV["sympy"].I for s in expr.free_symbols if s.name == "i"}
         return expr.xreplace(unit) if unit else expr
     except Exception:  # noqa: BLE001 - not a sympy object with free symbols
         return expr

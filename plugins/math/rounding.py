@@ -1,7 +1,7 @@
 """Plain numbers, compared exactly without sympy, and decimals read as roundings.
 
-``-12``, ``1,000``, ``0.25``, ``\\frac{3}{4}``, ``3/4`` are read as Fractions (``_plain_number``)
-and compared by ``_numbers_close``: integers and fractions exactly; a decimal as written
+``-12``, ``1,000``, ``0.25``, ``\\frac{3}{4}``, ``3/4`` are read as Fractions (``plain_number``)
+and compared by ``numbers_close``: integers and fractions exactly; a decimal as written
 (``2.6667``) equals an exact value that it correctly rounds with 4+ significant digits and
 within 1e-4 relative (``_decimal_rounds``), so ``3.1416`` is pi and ``3.14`` is not. The
 comparison of sympy values uses the same rules for the decimals written in them.
@@ -13,7 +13,7 @@ import math
 import re
 from fractions import Fraction
 
-_REL_TOL_FLOAT = 2e-6  # arithmetic on decimals, and 15+ digit floats (a written decimal: _decimal_rounds)
+REL_TOL_FLOAT = 2e-6  # arithmetic on decimals, and 15+ digit floats (a written decimal: _decimal_rounds)
 
 _PLAIN_DECIMAL_RE = re.compile(r"[-+]?(?:[1-9]\d{0,2}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+]?\.\d+")
 _PLAIN_FRACTION_RE = re.compile(r"([-+]?)(?:\\frac\s*\{\s*(\d+)\s*\}\s*\{\s*(\d+)\s*\}|\\frac(\d)(\d)|(\d+)\s*/\s*(\d+))")
@@ -27,7 +27,7 @@ def _decimal_digits(text: str) -> tuple[int, int]:
     return places, len(digits.replace(".", "").lstrip("0"))
 
 
-def _plain_number(clean: str):
+def plain_number(clean: str):
     """(Fraction, (places, significant digits) if written as a decimal else None) for answers like ``-12``, ``1,000``, ``0.25``, ``\\frac{3}{4}``, ``3/4``.
 
     Most GSM8K answers and many MATH ones are such numbers: they are compared exactly
@@ -51,7 +51,7 @@ def _plain_number(clean: str):
 # A decimal this long is a program's float, not a rounded answer: a double printed in full has
 # 15-17 significant digits (11.999999999999998). Shorter ones are roundings (123456789.4 is not
 # 123456789, nor 123456900.0, though within the 2e-6 relative tolerance such floats get).
-_MACHINE_FLOAT_DIGITS = 15
+MACHINE_FLOAT_DIGITS = 15
 _MV_DEFAULT_PLACES = 6  # math-verify's default float_rounding
 # A decimal written with this many significant digits may stand for a value it rounds; one with
 # fewer is read as exact (0.1 is 1/10, 3.14 is not pi, 0.333 is not 1/3).
@@ -83,13 +83,13 @@ def _decimal_rounds(decimal: Fraction, places: int, digits: int, value: Fraction
     unit = Fraction(1, 10**places) if places >= 0 else Fraction(10**-places)
     if digits >= _MIN_ROUNDED_DIGITS and error * 2 <= unit and error <= _ROUNDED_REL_TOL * abs(value):
         return True
-    if not truncated or error > unit or error > Fraction(str(_REL_TOL_FLOAT)) * max(abs(value), abs(decimal)):
+    if not truncated or error > unit or error > Fraction(str(REL_TOL_FLOAT)) * max(abs(value), abs(decimal)):
         return False
     toward_zero = Fraction(math.floor(abs(value) / unit)) * unit * (1 if value >= 0 else -1)
     return decimal == toward_zero or places > _MV_DEFAULT_PLACES
 
 
-def _numbers_close(a: tuple, b: tuple) -> bool:
+def numbers_close(a: tuple, b: tuple) -> bool:
     """Two plain numbers, each (Fraction, (places, significant digits) or None when exact).
 
     Integers and fractions are exact. A decimal stands for what it rounds (see
@@ -106,8 +106,8 @@ def _numbers_close(a: tuple, b: tuple) -> bool:
     if x_dec is None and y_dec is None:
         return False
     scale = max(abs(x), abs(y))
-    if any(d is not None and d[1] >= _MACHINE_FLOAT_DIGITS for d in (x_dec, y_dec)):
-        return abs(x - y) <= _REL_TOL_FLOAT * scale
+    if any(d is not None and d[1] >= MACHINE_FLOAT_DIGITS for d in (x_dec, y_dec)):
+        return abs(x - y) <= REL_TOL_FLOAT * scale
     # the decimal read as a rounding: the coarser one when both are decimals
     (d, (places, digits)), other = ((x, x_dec), y_dec) if y_dec is None or (x_dec is not None and x_dec[0] <= y_dec[0]) \
         else ((y, y_dec), x_dec)

@@ -1,4 +1,4 @@
-"""The verdict on one (gold, prediction) pair of normalised answers: ``_verdict``.
+"""The verdict on one (gold, prediction) pair of normalised answers: ``judge``.
 
 The literal reading first, then other readings of either side, equal if any reading is: a gold
 ``label = value`` (``V_1:V_2=11:21``, ``AB=4, CD=5``) against a bare value, and a decimal comma
@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from .compare import _compare
-from .normalise import _CLOSE, _EQ_SEP_RE, _ITEM_SEP_RE, _OPEN, _has_letters, _is_label, _key, _top_level
-from .parse import _Parsed, _show
+from .compare import compare_parsed
+from .normalise import CLOSE, EQ_SEP_RE, ITEM_SEP_RE, OPEN, has_letters, is_label, match_key, top_level
+from .parse import Parsed, show
 
 _VALID_THOUSANDS_RE = re.compile(r"[-+]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?")
 # "1,22", "1000,99", "0,111": not thousands; two digits after the comma at least ("1,2" is
@@ -25,13 +25,13 @@ _DECIMAL_COMMA_RE = re.compile(r"[-+]?\d+,\d{2,}")
 def _strip_labels(text: str) -> str | None:
     """``AB=4, CD=5`` -> ``4, 5``; ``a=4, -8, -10`` -> ``4, -8, -10``; ``V_1:V_2=11:21`` ->
     ``11:21``; ``p=5,q=2; p=7,q=2`` -> ``(5, 2), (7, 2)``. None when there is no label to strip."""
-    groups = _top_level(text, re.compile(";"))
+    groups = top_level(text, re.compile(";"))
     out, stripped = [], False
     for group in groups:
         items = []
-        for item in _top_level(group, _ITEM_SEP_RE):  # "x = 1,000" is one item
-            sides = _top_level(item, _EQ_SEP_RE)
-            if len(sides) == 2 and _is_label(sides[0]) and sides[1].strip():
+        for item in top_level(group, ITEM_SEP_RE):  # "x = 1,000" is one item
+            sides = top_level(item, EQ_SEP_RE)
+            if len(sides) == 2 and is_label(sides[0]) and sides[1].strip():
                 items.append(sides[1].strip())
                 stripped = True
             elif len(sides) == 1:
@@ -59,16 +59,16 @@ def _ratio_parts(text: str) -> list[str] | None:
     """``3:4`` / ``1:2:3``: parts of a ratio of numbers (no letters: ``\\{x : x>0\\}`` is not one)."""
     if ":" not in text and "\\colon" not in text:
         return None
-    parts = [p.strip() for p in _top_level(text, _RATIO_SEP_RE)]
-    if len(parts) < 2 or not all(parts) or any(_has_letters(p) or not re.search(r"\d", p) for p in parts):
+    parts = [p.strip() for p in top_level(text, _RATIO_SEP_RE)]
+    if len(parts) < 2 or not all(parts) or any(has_letters(p) or not re.search(r"\d", p) for p in parts):
         return None
     return parts
 
 
-def _verdict(g: _Parsed | None, p: _Parsed) -> tuple[bool | None, dict[str, Any]]:
+def judge(g: Parsed | None, p: Parsed) -> tuple[bool | None, dict[str, Any]]:
     """The literal reading first; then other readings of either side (labels stripped from
     ``x = 5`` against ``5``, ``1,5`` as a decimal comma): equal if any reading is."""
-    info: dict[str, Any] = {"gold_norm": _show(g.text if g else None), "pred_norm": _show(p.text)}
+    info: dict[str, Any] = {"gold_norm": show(g.text if g else None), "pred_norm": show(p.text)}
     if g is None:
         return None, {**info, "why": "no gold answer"}
     result = _compare_assignments(g.text, p.text)
@@ -82,8 +82,8 @@ def _verdict(g: _Parsed | None, p: _Parsed) -> tuple[bool | None, dict[str, Any]
             result = other
     equal, why = result
     for side, parsed in (("gold_parsed", g), ("pred_parsed", p)):
-        if parsed._expr is not None:  # only where a parse was needed
-            info[side] = _show(parsed._expr)
+        if parsed.parsed_expr is not None:  # only where a parse was needed
+            info[side] = show(parsed.parsed_expr)
     return equal, {**info, "why": why}
 
 
@@ -92,15 +92,15 @@ def _assignments(text: str) -> list[tuple[str, str]] | None:
     more distinct names; None for anything else (``x=2, x=3`` lists roots: a set)."""
     if ";" in text or "=" not in text:
         return None
-    items = _top_level(text, _ITEM_SEP_RE)
+    items = top_level(text, ITEM_SEP_RE)
     if len(items) < 2:
         return None
     named = []
     for item in items:
-        sides = _top_level(item, _EQ_SEP_RE)
-        if len(sides) != 2 or not _is_label(sides[0]) or not sides[1].strip():
+        sides = top_level(item, EQ_SEP_RE)
+        if len(sides) != 2 or not is_label(sides[0]) or not sides[1].strip():
             return None
-        named.append((_key(sides[0]), sides[1].strip()))
+        named.append((match_key(sides[0]), sides[1].strip()))
     return named if len({name for name, _ in named}) == len(named) else None
 
 
@@ -109,15 +109,15 @@ _PAREN_RIGHT_RE = re.compile(r"\\right\s*\)")
 
 
 def _closing_bracket(s: str, start: int) -> int | None:
-    """Index of the bracket (any kind, as in :func:`_top_level`) closing the one at ``start``."""
+    """Index of the bracket (any kind, as in :func:`top_level`) closing the one at ``start``."""
     depth, i = 0, start
     while i < len(s):
         c = s[i]
         if c == "\\":
             i += 2
             continue
-        depth += c in _OPEN
-        depth -= c in _CLOSE
+        depth += c in OPEN
+        depth -= c in CLOSE
         if depth == 0:
             return i
         i += 1
@@ -131,7 +131,7 @@ def _bare_values(text: str) -> tuple[list[str], bool] | None:
     is_tuple = t.startswith("(") and t.endswith(")") and _closing_bracket(t, 0) == len(t) - 1
     if is_tuple:
         t = t[1:-1]  # one pair of parentheses around everything (not "(1, 2), (3, 4)")
-    items = [item.strip() for item in _top_level(t, _ITEM_SEP_RE)]
+    items = [item.strip() for item in top_level(t, ITEM_SEP_RE)]
     return None if any("=" in item for item in items) else (items, is_tuple)
 
 
@@ -153,29 +153,29 @@ def _compare_assignments(g_text: str, p_text: str) -> tuple[bool, str] | None:
         orders = [named] + ([sorted(named)] if is_tuple and sorted(named) != named else [])
         for order in orders:
             for (_, value), item in zip(order, values):
-                pair = (_Parsed(value), _Parsed(item)) if named_text is g_text else (_Parsed(item), _Parsed(value))
+                pair = (Parsed(value), Parsed(item)) if named_text is g_text else (Parsed(item), Parsed(value))
                 if _compare_readings(*pair)[0] is not True:
                     return False, "not equal (named values in the order of their names)"
         return True, "equal (named values in the order of their names)"
     return None
 
 
-def _alternatives(g: _Parsed, p: _Parsed):
+def _alternatives(g: Parsed, p: Parsed):
     """Other readings to try, cheapest first; generated lazily."""
     for side in (g, p):
         if _DECIMAL_COMMA_RE.fullmatch(side.text) and not _VALID_THOUSANDS_RE.fullmatch(side.text):
-            decimal = _Parsed(side.text.replace(",", "."))
+            decimal = Parsed(side.text.replace(",", "."))
             yield (decimal, p) if side is g else (g, decimal)
     g_eq, p_eq = "=" in g.text, "=" in p.text
     if g_eq != p_eq:
         bare = _strip_labels(g.text if g_eq else p.text)
         if bare is not None:
-            yield (_Parsed(bare), p) if g_eq else (g, _Parsed(bare))
+            yield (Parsed(bare), p) if g_eq else (g, Parsed(bare))
 
 
-def _compare_readings(g: _Parsed, p: _Parsed) -> tuple[bool | None, str]:
+def _compare_readings(g: Parsed, p: Parsed) -> tuple[bool | None, str]:
     """One reading of each side: times of day and ratios by their parts, the rest by
-    :func:`_compare`; None when the gold answer cannot be read."""
+    :func:`compare_parsed`; None when the gold answer cannot be read."""
     if g.key == p.key:
         return True, "identical after normalisation"
     g_time, p_time = _time_of_day(g.text), _time_of_day(p.text)
@@ -188,14 +188,14 @@ def _compare_readings(g: _Parsed, p: _Parsed) -> tuple[bool | None, str]:
         return _compare_ratios(g_ratio or [g.text], p_ratio or [p.text])
     if g.number is None and g.expr is None:
         return None, f"gold answer: {g.note}"
-    return _compare(g, p)
+    return compare_parsed(g, p)
 
 
 def _compare_ratios(gs: list[str], ps: list[str]) -> tuple[bool | None, str]:
     """``a:b`` equals ``c:d`` part by part, or as the quotient ``a/b`` when there are two parts
     and none is zero (``3:4`` = ``6:8`` = ``\\frac34``)."""
     if len(gs) == len(ps):
-        verdicts = [_compare_readings(_Parsed(a), _Parsed(b))[0] for a, b in zip(gs, ps)]
+        verdicts = [_compare_readings(Parsed(a), Parsed(b))[0] for a, b in zip(gs, ps)]
         if all(v is True for v in verdicts):
             return True, "equal (ratios, part by part)"
     quotients = []
@@ -206,7 +206,7 @@ def _compare_ratios(gs: list[str], ps: list[str]) -> tuple[bool | None, str]:
             quotients.append(f"\\frac{{{parts[0]}}}{{{parts[1]}}}")
         else:
             return False, "not equal (ratios)"
-    equal, why = _compare_readings(_Parsed(quotients[0]), _Parsed(quotients[1]))
+    equal, why = _compare_readings(Parsed(quotients[0]), Parsed(quotients[1]))
     return bool(equal), why + " (ratios as quotients)"
 
 

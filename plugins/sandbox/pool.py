@@ -174,7 +174,7 @@ _SHARED_LOCK = threading.Lock()
 
 def get_sandbox(isolation: str = "bwrap") -> Sandbox:
     """The process-wide pool for ``isolation``, created on first use (its workers
-    start on first use too) and closed when a run of ``rlvr.train``/``rlvr.evaluate`` ends
+    start on first use too) and closed when a run of ``rlvr.api.train``/``rlvr.api.evaluate`` ends
     (``rlvr.kit.close_shared``) or at interpreter exit."""
     with _SHARED_LOCK:
         box = _SHARED.get(isolation)

@@ -1,4 +1,4 @@
-"""``rlvr.train`` and ``rlvr.evaluate``: what ``rlvr train`` and ``rlvr eval`` do, from Python.
+"""``rlvr.api.train`` and ``rlvr.api.evaluate``: what ``rlvr train`` and ``rlvr eval`` do, from Python.
 
 The recipe is a path or a mapping (the YAML as data); ``overrides`` are ``--set``'s, as a
 mapping of dotted keys (``{"trainer.steps": 4}``) or ``KEY=VALUE`` strings. ``rewards`` are
@@ -37,7 +37,7 @@ Rewards = Mapping[str, Callable] | Sequence[Callable] | Callable
 
 @dataclass(frozen=True)
 class TrainResult:
-    """What ``rlvr.train`` leaves: the run's folder, its final model (a transformers folder), the
+    """What ``rlvr.api.train`` leaves: the run's folder, its final model (a transformers folder), the
     summary (held-out accuracy before and after, when the recipe evaluates) and its metrics."""
 
     output_dir: Path
@@ -76,7 +76,7 @@ class TrainResult:
 
 @dataclass(frozen=True)
 class EvalResult:
-    """What ``rlvr.evaluate`` leaves: the report (accuracy, pass@k, ...) and its folder."""
+    """What ``rlvr.api.evaluate`` leaves: the report (accuracy, pass@k, ...) and its folder."""
 
     output_dir: Path
     report: dict[str, Any]
@@ -189,7 +189,7 @@ def task_from_rows(name: str, rows: Any) -> TaskSpec:
     sample = next((r for split in splits for r in load(split)), None)
     if not isinstance(sample, Mapping):
         raise RlvrError(f"task {name!r}: no rows, or rows that are not mappings of column to value")
-    return TaskSpec(name, load, f"rows given to rlvr.train/evaluate as {name!r}", "python", "", tuple(sample), splits)
+    return TaskSpec(name, load, f"rows given to rlvr.api.train/evaluate as {name!r}", "python", "", tuple(sample), splits)
 
 
 def named_rewards(rewards: Rewards | None) -> dict[str, Callable]:

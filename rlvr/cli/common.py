@@ -10,7 +10,7 @@ import click
 from rlvr import RlvrError, __version__
 
 
-class _Int(click.IntRange):
+class Int(click.IntRange):
     """click.IntRange, named "integer" in messages ("'x' is not a valid integer")."""
 
     name = "integer"
@@ -74,8 +74,8 @@ def _remember_allowed(ctx, param, value):
     ctx.meta["rlvr.allow_modules"] = tuple(value)
 
 
-def _allow_module_option(fn):
-    """``--allow-module NAME``: read by :func:`_registry` (rlvr.host.imports)."""
+def allow_module_option(fn):
+    """``--allow-module NAME``: read by :func:`cli_registry` (rlvr.host.imports)."""
     return click.option("--allow-module", multiple=True, metavar="MODULE", expose_value=False,
                         callback=_remember_allowed,
                         help="Let a module:function reward import MODULE (and its submodules), although it is not "
@@ -83,13 +83,13 @@ def _allow_module_option(fn):
                         "(comma-separated). The standard library is always refused.")(fn)
 
 
-def _recipe_options(fn):
+def recipe_options(fn):
     fn = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe setting.")(fn)
     fn = click.option("--profile", default=None, help="Apply one of the recipe's profiles (e.g. cpu).")(fn)
-    return _allow_module_option(fn)
+    return allow_module_option(fn)
 
 
-def _registry():
+def cli_registry():
     """The plugins' registry, its references allowed what ``--allow-module`` names."""
     from rlvr.host.imports import ImportPolicy
     from rlvr.host.registry import load_registry
@@ -100,7 +100,7 @@ def _registry():
     return registry
 
 
-def _load_resolved(path, overrides: list[str], profile: str | None, registry, settings=None, import_code=True):
+def load_resolved(path, overrides: list[str], profile: str | None, registry, settings=None, import_code=True):
     """load_recipe + resolve; a name that does not resolve is reported with the recipe's path and
     profile (load_recipe's own errors already carry them). A module:function reward is imported
     only from where rlvr.host.imports allows (the recipe's folder among them), and only with

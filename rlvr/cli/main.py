@@ -13,7 +13,7 @@ import click
 
 from rlvr import RlvrError
 from rlvr.cli import runs  # noqa: F401 - registers train, eval, pool, sampler, plot, samples
-from rlvr.cli.common import _Int, _allow_module_option, _load_resolved, _recipe_options, _registry, cli
+from rlvr.cli.common import Int, allow_module_option, cli, cli_registry, load_resolved, recipe_options
 
 
 def _cpus() -> int:
@@ -67,7 +67,7 @@ def plugins(as_json):
 @cli.command()
 def tasks():
     """List registered tasks, one a line, with the plugin that supplies each."""
-    for spec in sorted(_registry().tasks.values(), key=lambda s: s.name):
+    for spec in sorted(cli_registry().tasks.values(), key=lambda s: s.name):
         click.echo(f"{spec.name:<14} {spec.plugin:<12} columns: {', '.join(spec.columns)}  - {spec.description}")
 
 
@@ -76,7 +76,7 @@ def environments():
     """List registered multi-turn environments, with their plugin and options."""
     import inspect
 
-    for spec in sorted(_registry().environments.values(), key=lambda s: s.name):
+    for spec in sorted(cli_registry().environments.values(), key=lambda s: s.name):
         params = inspect.signature(spec.fn).parameters.values()
         options = [f"{p.name}={p.default!r}" for p in params if p.kind is p.KEYWORD_ONLY]
         click.echo(f"{spec.name:<14} {spec.plugin:<12} options: {', '.join(options) or '-'}  - {spec.description}")
@@ -86,7 +86,7 @@ def environments():
 def rewards():
     """List registered rewards: plugin, columns, optional columns, and options with their
     defaults and the values they accept."""
-    for spec in sorted(_registry().rewards.values(), key=lambda s: s.name):
+    for spec in sorted(cli_registry().rewards.values(), key=lambda s: s.name):
         click.echo(f"{spec.name} (plugin {spec.plugin}): {spec.description or '-'}")
         columns = ", ".join(spec.columns) or "-"
         click.echo(f"  columns: {columns}{' + every other column (**kwargs)' if spec.accepts_any else ''}")
@@ -104,7 +104,7 @@ def rewards():
 
 @cli.command()
 @click.argument("recipes", nargs=-1, required=True)
-@_recipe_options
+@recipe_options
 @click.option("--data", is_flag=True, help="Also read and check every row of the train and eval splits (and, "
               "under data.max_prompt_tokens, measure every prompt).")
 @click.option("--import", "import_code", is_flag=True, help="Also import the code of module:function rewards, to "
@@ -122,7 +122,7 @@ def validate(recipes, overrides, profile, data, import_code):
     def check_variant(path, variant):
         """The recipe with one of its profiles (or none), resolved; its data files exist, and
         with --data, for the profile asked for, every row is read and checked."""
-        recipe = _load_resolved(path, list(overrides), variant, registry, import_code=import_code)
+        recipe = load_resolved(path, list(overrides), variant, registry, import_code=import_code)
         try:
             if data and variant == profile:
                 for note in check_rows(recipe, registry, every=True, imported=import_code):
@@ -133,7 +133,7 @@ def validate(recipes, overrides, profile, data, import_code):
             raise RlvrError(f"{path} (profile {variant!r}): {exc}" if variant else f"{path}: {exc}") from None
         return recipe
 
-    registry = _registry()
+    registry = cli_registry()
     for path in recipes:
         recipe = check_variant(path, profile)
         for name in recipe.rewards:
@@ -164,12 +164,12 @@ def validate(recipes, overrides, profile, data, import_code):
               help="Where to write the scored records; '-' for stdout. A file is replaced only when all "
               "went well; a FIFO or device is written to as a stream; a symlink is written through.")
 @click.option("--option", "options", multiple=True, metavar="KEY=VALUE", help="A reward option.")
-@click.option("--workers", type=_Int(1, MAX_WORKERS), default=None,
+@click.option("--workers", type=Int(1, MAX_WORKERS), default=None,
               help=f"Worker processes for rewards that take them: 1 to {MAX_WORKERS} (4 per CPU here); "
               "default: the reward's own choice.")
-@click.option("--batch-size", type=_Int(1, MAX_BATCH_SIZE), default=256, show_default=True,
+@click.option("--batch-size", type=Int(1, MAX_BATCH_SIZE), default=256, show_default=True,
               help=f"Records per reward call: 1 to {MAX_BATCH_SIZE}.")
-@_allow_module_option
+@allow_module_option
 def score(reward_name, input_path, output_path, options, workers, batch_size):
     """Score completions in a JSONL file with one reward.
 
@@ -185,7 +185,7 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
     from rlvr.rewards.runner import BoundReward, Unscored, score_batch
     from rlvr.runs.outputs import open_output, same_file, signals_remove_temporaries
 
-    spec = _registry().reward(reward_name)
+    spec = cli_registry().reward(reward_name)
     for pair in options:
         if "=" not in pair or not pair.partition("=")[0].strip():
             raise RlvrError(f"--option expects KEY=VALUE (e.g. timeout=5), got {pair!r}")

@@ -12,15 +12,15 @@ from pathlib import Path
 import click
 
 from rlvr import RlvrError
-from rlvr.cli.common import _Int, _load_resolved, _recipe_options, _registry, cli
+from rlvr.cli.common import Int, cli, cli_registry, load_resolved, recipe_options
 from rlvr.recipe.rows import check_rows, training_parts
 from rlvr.sampling.auth import SECRET_ENV, SECRET_FILE_ENV, required_secret
 
 
 @cli.command()
 @click.argument("recipe")
-@_recipe_options
-@click.option("--max-steps", type=_Int(min=1), default=None,
+@recipe_options
+@click.option("--max-steps", type=Int(min=1), default=None,
               help="Stop after this many steps (overrides trainer.steps).")
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --output-dir.")
@@ -36,8 +36,8 @@ def train(recipe, overrides, profile, max_steps, output_dir, resume, model, verb
         settings.append(("model.name", model))
     if max_steps is not None:
         settings.append(("trainer.steps", max_steps))
-    registry = _registry()
-    rec = _load_resolved(recipe, list(overrides), profile, registry, settings)
+    registry = cli_registry()
+    rec = load_resolved(recipe, list(overrides), profile, registry, settings)
     check_rows(rec, registry, training_parts(rec))  # every row it will read, before any model loads
     output_dir = output_dir or Path("runs") / rec.name
     check_folder_target(output_dir, "--output-dir", private=True)
@@ -68,12 +68,12 @@ def _parse_ks(text: str) -> list[int]:
 @click.argument("recipe")
 @click.option("--model", default=None, help="Model to evaluate (hub id, folder, or alias).")
 @click.option("--split", default=None, help="Split to evaluate on (default: the recipe's eval split).")
-@click.option("--limit", type=_Int(min=1), default=None, help="Evaluate on the first N problems.")
+@click.option("--limit", type=Int(min=1), default=None, help="Evaluate on the first N problems.")
 @click.option("--k", "ks", default=None, help="Comma-separated k for pass@k, e.g. 1,4,8.")
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--verbose", is_flag=True, help="Also show vLLM's and other libraries' output (always in "
               "OUTPUT_DIR/eval.log).")
-@_recipe_options
+@recipe_options
 def eval_cmd(recipe, model, split, limit, ks, output_dir, verbose, overrides, profile):
     """Evaluate a model on a recipe's eval split: pass@1, pass@k, maj@k."""
     from rlvr.runs.outputs import check_folder_target
@@ -87,8 +87,8 @@ def eval_cmd(recipe, model, split, limit, ks, output_dir, verbose, overrides, pr
         settings.append(("eval.limit", limit))
     if ks is not None:
         settings.append(("eval.k", _parse_ks(ks)))
-    registry = _registry()
-    rec = _load_resolved(recipe, list(overrides), profile, registry, settings)
+    registry = cli_registry()
+    rec = load_resolved(recipe, list(overrides), profile, registry, settings)
     check_rows(rec, registry, ("eval",))
     output_dir = output_dir or Path("runs") / f"eval-{rec.name}"
     check_folder_target(output_dir, "--output-dir", private=True)
@@ -105,11 +105,11 @@ def eval_cmd(recipe, model, split, limit, ks, output_dir, verbose, overrides, pr
 @click.option("--output", "output_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="The pool file (JSONL) to write, for data.pool_file.")
 @click.option("--model", default=None, help="Model to measure (hub id, folder, or alias).")
-@click.option("--k", type=_Int(min=2), default=None, help="Samples per prompt (default: sampling.num_generations).")
-@click.option("--limit", type=_Int(min=1), default=None, help="The first N train prompts (default: data.train_limit).")
+@click.option("--k", type=Int(min=2), default=None, help="Samples per prompt (default: sampling.num_generations).")
+@click.option("--limit", type=Int(min=1), default=None, help="The first N train prompts (default: data.train_limit).")
 @click.option("--verbose", is_flag=True, help="Also show vLLM's and other libraries' output (always in the log "
               "beside the pool file, OUTPUT.log).")
-@_recipe_options
+@recipe_options
 def pool(recipe, output_path, model, k, limit, verbose, overrides, profile):
     """Measure each train prompt's pass rate over K samples drawn as training draws them, for data.pool_file."""
     from rlvr.runs.outputs import check_folder_target
@@ -117,8 +117,8 @@ def pool(recipe, output_path, model, k, limit, verbose, overrides, profile):
     check_folder_target(output_path.parent, f"--output {output_path}: folder")
     # data.pool_file is what this writes: the recipe may name it before it exists
     settings = [("data.pool_file", None), ("data.pool_pass_range", None)] + ([("model.name", model)] if model else [])
-    registry = _registry()
-    rec = _load_resolved(recipe, list(overrides), profile, registry, settings)
+    registry = cli_registry()
+    rec = load_resolved(recipe, list(overrides), profile, registry, settings)
     from rlvr.evaluation.evaluate import build_pool, pool_recipe
 
     check_rows(pool_recipe(rec, k, limit), registry, ("eval",))  # the train rows it measures
@@ -132,12 +132,12 @@ def pool(recipe, output_path, model, k, limit, verbose, overrides, profile):
 
 @cli.command()
 @click.argument("recipe")
-@_recipe_options
+@recipe_options
 @click.option("--model", default=None, help="Model to serve (hub id, folder, or alias): the one the trainer starts "
               "from (its --model).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on: 127.0.0.1 this node "
               "only; 0.0.0.0 (or one of this node's addresses) lets trainers on other nodes reach it.")
-@click.option("--port", type=_Int(1, 65535), default=None, help="Port to listen on (default: sampling.server.port, "
+@click.option("--port", type=Int(1, 65535), default=None, help="Port to listen on (default: sampling.server.port, "
               "else 8000).")
 @click.option("--secret-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="File whose first line is the secret (default: $RLVR_SAMPLER_SECRET, else the file "
@@ -170,8 +170,8 @@ def sampler(recipe, overrides, profile, model, host, port, secret_file, print_co
                                  "--secret-file; make one with python3 -c 'import secrets; print(secrets.token_urlsafe(32))'",
                                  secret_file)
     settings = [("model.name", model)] if model is not None else []  # taken as given, as in train
-    registry = _registry()
-    rec = _load_resolved(recipe, list(overrides), profile, registry, settings)
+    registry = cli_registry()
+    rec = load_resolved(recipe, list(overrides), profile, registry, settings)
     if rec.sampling.backend != "vllm":
         raise RlvrError(f"{recipe}: a sampler runs vLLM, but the recipe's sampling.backend is "
                         f"{rec.sampling.backend!r} (its trainer samples by itself)")

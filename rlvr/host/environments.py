@@ -2,7 +2,7 @@
 
 An episode starts from one prompt row. The policy takes a turn (generation until one of the
 environment's ``stop`` strings, an end-of-sequence token or the token budget), the environment
-replies (``Environment.step`` returns a ``Reply``), the reply's tokens are appended, and so on
+replies (``Environment.step`` returns a ``rlvr.Reply``), the reply's tokens are appended, and so on
 until the environment says ``done``, ``max_turns`` policy turns were taken, or the budget of
 tokens after the prompt is spent. The episode becomes one ``Completion`` whose ``token_ids``
 are everything after the prompt, exactly as sampled and appended (the policy's tokens are never
@@ -18,29 +18,9 @@ reward's options).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol, Sequence
 
-
-@dataclass
-class Reply:
-    """The environment's answer to one policy turn.
-
-    ``text`` follows the policy's turn: inline (``role=None``, e.g. a tool's output right after
-    the code block that produced it), or as a chat message of ``role`` ("user", "tool", ...)
-    that the model's chat template renders, closing the policy's message and opening its next
-    one. ``text`` is data, never chat structure: the host escapes its control and invisible
-    format characters (``rlvr.kit.escape_controls``) and tokenizes it as text, so that no special
-    token (``<|im_start|>``) can come out of it; only the template's wrapping around a ``role``
-    message has them. ``done`` ends the episode after this reply (its text, if any, is still appended).
-    ``metrics`` are summed over the episode and reported per episode as ``env/<key>``
-    (``tool_calls``, ``tool_errors``, ``tool_timeouts`` are the conventional keys).
-    """
-
-    text: str = ""
-    done: bool = False
-    role: str | None = None
-    metrics: Mapping[str, float] = field(default_factory=dict)
+from rlvr import Reply  # the hook API's: a plugin imports it from rlvr
 
 
 class Environment(Protocol):

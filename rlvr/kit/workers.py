@@ -582,7 +582,7 @@ def on_close_shared(closer: Callable[[], None]) -> None:
 
 def close_shared() -> None:
     """Stop every process-wide pool: ``shared_pool``'s and those of ``on_close_shared``.
-    ``rlvr.train`` and ``rlvr.evaluate`` call it when they end, so that a run in a notebook or a
+    ``rlvr.api.train`` and ``rlvr.api.evaluate`` call it when they end, so that a run in a notebook or a
     sweep leaves no worker process behind; the next run starts its own."""
     with _SHARED_LOCK:
         pools, closers = list(_SHARED.values()), list(_CLOSERS)

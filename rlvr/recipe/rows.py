@@ -9,8 +9,8 @@ user can open it: a file's path and line ("data/train.jsonl line 21", from the `
 task's :class:`rlvr.kit.data.SourcedRow`), else the task, split and row ("task 'mine' split
 'train' row 17": a hub dataset, rows given from Python).
 
-``check_rows`` runs in ``rlvr train``, ``eval`` and ``pool`` and in ``rlvr.train`` and
-``rlvr.evaluate``, on the rows each reads (the first ``data.train_limit`` / ``eval.limit``), and
+``check_rows`` runs in ``rlvr train``, ``eval`` and ``pool`` and in ``rlvr.api.train`` and
+``rlvr.api.evaluate``, on the rows each reads (the first ``data.train_limit`` / ``eval.limit``), and
 in ``rlvr validate --data`` on every row; checking is one pass over the rows (GSM8K's 8,792 rows,
 train and test: well under a second). ``check_data_files`` is plain ``rlvr validate``'s: the
 task's local files exist, no row read.

@@ -126,7 +126,7 @@ def loads_entry(text: str) -> Any:
 # --------------------------------------------------------------------------- datasets
 
 
-def _rg():
+def rg_datasets():
     import reasoning_gym  # noqa: F401 - registers every dataset
     from reasoning_gym.factory import DATASETS
 
@@ -135,7 +135,7 @@ def _rg():
 
 def dataset_names() -> list[str]:
     """The reasoning-gym dataset names this task accepts (``composite`` is the ``datasets`` option)."""
-    return sorted(name for name in _rg() if name != "composite")
+    return sorted(name for name in rg_datasets() if name != "composite")
 
 
 @contextlib.contextmanager
@@ -145,7 +145,7 @@ def _quiet():
         yield
 
 
-def _check_name(name: Any, where: str) -> str:
+def check_name(name: Any, where: str) -> str:
     if not isinstance(name, str) or not name:
         raise RlvrError(f"{where}: a dataset is a reasoning-gym dataset name, e.g. gsm_symbolic; got {name!r}")
     names = dataset_names()
@@ -165,7 +165,7 @@ def _check_config(name: str, config: Any, where: str) -> dict:
         config = {}
     if not isinstance(config, dict):
         raise RlvrError(f"{where}: config for {name!r} must be a mapping of its config keys, got {config!r}")
-    config_cls = _rg()[name][1]
+    config_cls = rg_datasets()[name][1]
     keys = [f.name for f in dataclasses.fields(config_cls) if f.name not in _RESERVED_CONFIG]
     for key in config:
         if key in _RESERVED_CONFIG:
@@ -198,7 +198,7 @@ def _specs(dataset: Any, datasets: Any, config: Any) -> list[tuple[str, float, d
     if dataset is not None:
         if not isinstance(dataset, str):
             raise RlvrError(f"{where}: dataset is one name (e.g. gsm_symbolic); use datasets for a weighted mix")
-        name = _check_name(dataset, where)
+        name = check_name(dataset, where)
         return [(name, 1.0, _check_config(name, config, where))]
     if datasets is None:
         raise RlvrError(f"{where}: set option dataset (a reasoning-gym dataset name, e.g. gsm_symbolic) or datasets")
@@ -221,7 +221,7 @@ def _specs(dataset: Any, datasets: Any, config: Any) -> list[tuple[str, float, d
         extra = set(item) - {"name", "weight", "config"}
         if extra:
             raise RlvrError(f"{where}: datasets entry {item['name']!r} has unknown key {sorted(extra)[0]!r}; keys: name, weight, config")
-        name = _check_name(item["name"], where)
+        name = check_name(item["name"], where)
         if name in seen:
             raise RlvrError(f"{where}: dataset {name!r} appears twice in datasets")
         seen.add(name)
@@ -234,7 +234,7 @@ def _specs(dataset: Any, datasets: Any, config: Any) -> list[tuple[str, float, d
 
 def _build(specs: list[tuple[str, float, dict]], size: int, seed: int):
     """The reasoning-gym dataset object: one dataset, or a CompositeDataset for a mix."""
-    _rg()
+    rg_datasets()
     from reasoning_gym.factory import create_dataset
 
     try:

@@ -7,23 +7,23 @@ import sys
 
 from rlvr import RlvrError
 
-from . import _check_name, _rg, dataset_names, reasoning_gym_task
+from . import check_name, dataset_names, reasoning_gym_task, rg_datasets
 
 
 def main(argv: list[str]) -> int:
     if not argv:
-        datasets = _rg()
+        datasets = rg_datasets()
         for name in dataset_names():
             module = datasets[name][0].__module__.split(".")
             print(f"{name:<30} {module[1] if len(module) > 2 else ''}")
         print(f"{len(dataset_names())} datasets; `python -m rlvr_reasoning_gym NAME` shows one", file=sys.stderr)
         return 0
     try:
-        name = _check_name(argv[0], "rlvr_reasoning_gym")
+        name = check_name(argv[0], "rlvr_reasoning_gym")
     except RlvrError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    config_cls = _rg()[name][1]
+    config_cls = rg_datasets()[name][1]
     print(f"{name}: config keys (task option config: {{key: value}})")
     for field in dataclasses.fields(config_cls):
         if field.name in ("size", "seed"):
