@@ -47,6 +47,12 @@ def test_capabilities_decide_what_a_recipe_may_ask(monkeypatch):
                           dtype="sampling.dtype", builder="rlvr.sampling.samplers:make_vllm_sampler")
     monkeypatch.setitem(SAMPLER_BACKENDS, "fake", fake)
     assert backends_that("serves") == "vllm or fake" and backends_that("live") == "hf"
+    assert backends_that("live", False) == "vllm or fake"
+    # and the schema follows: the same name with other capabilities is judged by them
+    import dataclasses
+
+    monkeypatch.setitem(SAMPLER_BACKENDS, "hf", dataclasses.replace(SAMPLER_BACKENDS["hf"], serves=True, live=False))
+    recipe(backend="hf", mode="server", max_staleness=1)
 
 
 def test_the_sampler_dtype_follows_the_backends_rule():

@@ -14,6 +14,7 @@ import click
 from rlvr import RlvrError
 from rlvr.cli.common import Int, cli, cli_registry, load_resolved, recipe_options
 from rlvr.recipe.rows import check_rows, training_parts
+from rlvr.recipe.sampler_backends import SAMPLER_BACKENDS
 from rlvr.sampling.auth import SECRET_ENV, SECRET_FILE_ENV, required_secret
 
 
@@ -172,7 +173,7 @@ def sampler(recipe, overrides, profile, model, host, port, secret_file, print_co
     settings = [("model.name", model)] if model is not None else []  # taken as given, as in train
     registry = cli_registry()
     rec = load_resolved(recipe, list(overrides), profile, registry, settings)
-    if rec.sampling.backend != "vllm":
+    if not SAMPLER_BACKENDS[rec.sampling.backend].serves:
         raise RlvrError(f"{recipe}: a sampler runs vLLM, but the recipe's sampling.backend is "
                         f"{rec.sampling.backend!r} (its trainer samples by itself)")
     if not print_command:

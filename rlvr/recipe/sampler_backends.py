@@ -48,6 +48,6 @@ SAMPLER_BACKENDS: dict[str, SamplerBackend] = {backend.name: backend for backend
 SamplerBackendName = Literal[tuple(SAMPLER_BACKENDS)]  # type: ignore[valid-type]
 
 
-def backends_that(capability: str) -> str:
-    """The backends with ``capability`` in a recipe's words: ``vllm``, or ``a or b``."""
-    return " or ".join(name for name, b in SAMPLER_BACKENDS.items() if getattr(b, capability))
+def backends_that(capability: str, value: bool = True) -> str:
+    """The backends whose ``capability`` is ``value``, in a recipe's words: ``vllm``, or ``a or b``."""
+    return " or ".join(name for name, b in SAMPLER_BACKENDS.items() if getattr(b, capability) == value)

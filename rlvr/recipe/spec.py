@@ -13,6 +13,7 @@ from typing import Any, Iterable, Literal
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from rlvr import RlvrError
+from rlvr.recipe.sampler_backends import SAMPLER_BACKENDS, SamplerBackendName, backends_that
 from rlvr.recipe.loss_variants import AGGREGATIONS, POLICY_LOSSES, AggregationName, PolicyLossName
 from rlvr.recipe.template import fields
 
@@ -181,7 +182,7 @@ class ServerConfig(Strict):
 
 
 class SamplingConfig(Strict):
-    backend: Literal["vllm", "hf"] = "vllm"
+    backend: SamplerBackendName = "vllm"  # what each can do: rlvr.recipe.sampler_backends
     # colocate: vLLM beside each trainer rank (one engine per rank). server: vLLM in processes of
     # its own, shared by the trainer ranks (sampling.server).
     mode: Literal["colocate", "server"] = "colocate"
@@ -474,8 +475,10 @@ class Recipe(Strict):
         if self.model.lora and t.zero_stage == 3:
             raise ValueError("model.lora with trainer.zero_stage 3 is not supported: use stage 0-2 for LoRA")
         srv = self.sampling.server
-        if self.sampling.mode == "server" and self.sampling.backend == "hf":
-            raise ValueError("sampling.mode: server needs sampling.backend: vllm (the HF sampler is the trainer's own model)")
+        backend = SAMPLER_BACKENDS[self.sampling.backend]
+        if self.sampling.mode == "server" and not backend.serves:
+            raise ValueError(f"sampling.mode: server needs sampling.backend: {backends_that('serves')} "
+                             f"({backend.name}: {backend.summary})")
         if srv.urls and (srv.devices or srv.port):
             raise ValueError("sampling.server.urls names running samplers: drop sampling.server.devices and .port")
         if srv.devices and len(srv.devices) % (len(srv.urls) or srv.count):
@@ -488,8 +491,8 @@ class Recipe(Strict):
                 raise ValueError(f"sampling.server.urls: {url!r} is not a base address like http://host:8000")
         if len({u.rstrip("/") for u in srv.urls}) != len(srv.urls):
             raise ValueError("sampling.server.urls names a sampler twice")
-        if self.sampling.max_staleness and self.sampling.backend == "hf":
-            raise ValueError("sampling.max_staleness >= 1 needs sampling.backend: vllm (the HF sampler generates "
+        if self.sampling.max_staleness and backend.live:
+            raise ValueError(f"sampling.max_staleness >= 1 needs sampling.backend: {backends_that('live', False)} (the {backend.name} sampler generates "
                              "with the very weights being trained, so it cannot run ahead)")
         if self.environment and (self.prompt.response_prefix or (self.eval.prompt and self.eval.prompt.response_prefix)):
             raise ValueError("prompt.response_prefix works on single answers, not on an environment's episodes")
