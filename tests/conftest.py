@@ -1,46 +1,16 @@
+"""The fixtures test modules share; the helpers they share are in tests/helpers/ (a test module
+imports neither this file nor another test module). Loads the rule `make test` runs under,
+``--no-skips`` (tests/helpers/skips.py): there a skip is a failure unless this machine explains it."""
+
 import os
-import subprocess
-import sys
-from pathlib import Path
+import textwrap
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT, run_rlvr
+from helpers.skips import pytest_addoption, pytest_configure  # noqa: F401 - hooks: the --no-skips rule
+
 os.environ.setdefault("RLVR_DATA_DIR", str(ROOT.parent / "shared" / "data"))
-RLVR = str(Path(sys.executable).parent / "rlvr")
-
-# How long a test waits for something that must happen (a process exits, a count settles) before
-# it calls it a failure: long, because with both cores busy the kernel and Python are slow to get
-# there; a test that passes returns as soon as the condition holds.
-SETTLE_S = 60.0
-
-
-def wait_until(condition, timeout_s: float = SETTLE_S, interval_s: float = 0.05) -> bool:
-    """Poll ``condition()`` until it is true (True) or ``timeout_s`` passes (False)."""
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(interval_s)
-    return True
-
-
-def run_rlvr(*args, env=None, cwd=None, timeout=900):
-    """Run the installed `rlvr` command; returns CompletedProcess with text output."""
-    full_env = {**os.environ, **(env or {})}
-    return subprocess.run([RLVR, *map(str, args)], capture_output=True, text=True, env=full_env, cwd=cwd, timeout=timeout)
-
-
-def one_line_error(out, message):
-    """``out`` (a finished ``rlvr`` run) failed as bad input must: status 2, one line holding
-    ``message``, no traceback."""
-    assert out.returncode == 2, (out.returncode, out.stdout, out.stderr[-2000:])
-    assert "Traceback" not in out.stderr
-    lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1, out.stderr[-2000:]
-    assert message in lines[0], lines[0]
 
 
 @pytest.fixture
@@ -96,3 +66,72 @@ def tiny_qwen2(smollm_path, tmp_path_factory):
     model.save_pretrained(folder)
     tok.save_pretrained(folder)
     return folder
+
+
+@pytest.fixture(scope="module")
+def test_plugin(tmp_path_factory):
+    """A throwaway plugin package on PYTHONPATH, found through a real entry point."""
+    root = tmp_path_factory.mktemp("plugin")
+    (root / "rlvr_testplug.py").write_text(textwrap.dedent('''
+        from rlvr import hookimpl
+
+        def even_tokens(prompts, completions, completion_ids):
+            """Share of even token ids: varies between samples of a random model."""
+            return [sum(t % 2 == 0 for t in ids) / max(1, len(ids)) for ids in completion_ids]
+
+        @hookimpl
+        def rlvr_register_rewards(register):
+            register("even_tokens", even_tokens)
+
+        class Ticker:
+            """A random model's turn soon has an "e" in it; each is answered inline, twice."""
+            stop = ("e",)
+
+            def __init__(self, row, replies):
+                self.state = {"replies": 0, "left": replies}
+
+            def step(self, turn):
+                from rlvr import Reply
+
+                self.state["replies"] += 1
+                self.state["left"] -= 1
+                return Reply(f" [tick {self.state['replies']}]", done=self.state["left"] <= 0,
+                             metrics={"tool_calls": 1})
+
+        def ticker(row, *, replies: int = 2):
+            """Answers every turn of the policy with a tick."""
+            return Ticker(row, replies)
+
+        @hookimpl
+        def rlvr_register_environments(register):
+            register("ticker", ticker)
+    '''))
+    info = root / "rlvr_testplug-0.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: rlvr-testplug\nVersion: 0.0\n")
+    (info / "entry_points.txt").write_text("[rlvr]\ntestplug = rlvr_testplug\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def box():
+    """A started two-worker bwrap sandbox (rlvr_plugins.sandbox) with each worker's process count
+    at rest, its ``baseline``; the parent's environment holds a secret no program may see."""
+    from rlvr_plugins import sandbox as sb
+
+    from helpers.attacks import SECRET_ENV, SECRET_VALUE, pids_current
+
+    os.environ[SECRET_ENV] = SECRET_VALUE  # a parent secret the sandbox must not see
+    sandbox = sb.Sandbox("bwrap", workers=2)
+    sandbox.start()
+    sandbox.baseline = {w.name: pids_current(w) for w in sandbox.workers}
+    yield sandbox
+    sandbox.close()
+    os.environ.pop(SECRET_ENV, None)
+
+
+@pytest.fixture
+def trl_rewards():
+    """TRL's own reward functions (``trl.rewards``), the oracle for rewards written for TRL. `make
+    test` installs trl: there a missing trl fails (--no-skips); elsewhere it skips."""
+    return pytest.importorskip("trl.rewards", reason="trl is not installed (make test installs it)")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import RLVR, one_line_error, run_rlvr, wait_until
+from helpers import RLVR, one_line_error, run_rlvr, wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -185,7 +185,7 @@ def test_a_bare_fence_with_its_language_on_the_next_line_is_tagged_not_code():
     assert scores[0].value == 1.0, scores[0].info
 
 
-@pytest.mark.skipif(not HUMANEVAL.exists(), reason=f"HumanEval data not found at {HUMANEVAL}")
+@pytest.mark.skipif(not HUMANEVAL.exists(), reason=f"{HUMANEVAL} not found (RLVR_DATA_DIR; make test reads ../shared/data)")
 def test_humaneval_canonical_solutions_pass_and_stub_bodies_fail():
     problems = [json.loads(line) for line in gzip.open(HUMANEVAL, "rt")]
     assert len(problems) == 164

@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from conftest import run_rlvr
+from helpers import run_rlvr
 from rlvr import RlvrError
 from rlvr.evaluation.compare import compare_evaluations, describe, paired_change, paired_sums, sign_test_p
 

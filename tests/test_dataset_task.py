@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import one_line_error, run_rlvr
+from helpers import one_line_error, run_rlvr
 from rlvr import RlvrError
 from rlvr.host.registry import load_registry
 from rlvr.recipe.load import load_recipe

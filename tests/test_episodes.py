@@ -387,7 +387,7 @@ def test_training_on_episodes(tmp_path, tiny_model, test_plugin, backend):
     """`rlvr train` with an environment: several turns per episode with either sampler, the
     environment's tokens are in the sequences and out of the loss; with vLLM its log-probs of the
     policy's tokens, taken turn by turn, are the trainer's over the whole episode."""
-    from test_engine import assert_sampler_holds_trainer_weights, make_run, train_two_steps
+    from helpers.runs import assert_sampler_holds_trainer_weights, make_run, train_two_steps
 
     recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend=backend)
     metrics = train_two_steps(recipe, tmp_path / "run", env, "environment.name=ticker", "environment.max_turns=4",
@@ -405,7 +405,7 @@ def test_training_with_the_python_environment(tmp_path, tiny_model, test_plugin)
     """Two steps of `rlvr train` with the built-in python tool (a random model writes no code:
     its episodes end at its first turn; the tool itself is exercised above and in
     tests/test_python_env.py)."""
-    from test_engine import make_run, train_two_steps
+    from helpers.runs import make_run, train_two_steps
 
     recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="hf")
     env["RLVR_LOAD_PLUGINS"] += ",python_env,environment"
@@ -420,9 +420,6 @@ def test_training_with_the_python_environment(tmp_path, tiny_model, test_plugin)
     assert log.count("reward stuck at 0: 'tool_call' scored 0 or less for every sample of the last 2 steps") == 1
     samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     assert {r["step"] for r in samples} == {2} and all(r["rewards"]["tool_call"] == 0.0 for r in samples)
-
-
-from test_engine import test_plugin  # noqa: E402,F401 - a fixture
 
 
 def test_a_set_up_error_stops_the_run_and_an_empty_reply_after_eos_ends_the_episode(tok):

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conftest import run_rlvr
+from helpers import run_rlvr
 from rlvr.evaluation.evaluate import _answer_of, majority_correct, pass_at_k
 
 

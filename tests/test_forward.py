@@ -1,8 +1,7 @@
 """Prompt-shared forward passes give the logits and gradients of full-sequence passes."""
 
 import pytest
-
-torch = pytest.importorskip("torch")
+import torch
 
 
 def _model(arch: str):

@@ -23,7 +23,7 @@ from rlvr import Reply, hookimpl
 from rlvr.host import hookspecs
 from rlvr.host.registry import get_plugin_manager, load_registry, reward_signature
 from rlvr.rewards.runner import BoundReward, run_reward
-from test_readme import check_recipe, fenced_blocks, recipe_blocks
+from helpers.docs import check_recipe, fenced_blocks, recipe_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs" / "hooks.md"

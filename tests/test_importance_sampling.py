@@ -17,9 +17,8 @@ from rlvr.training.losses import importance_weights
 from rlvr.training.rollout import Rollout
 
 sys.path.insert(0, str(Path(__file__).resolve().parent / "data"))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 import record_engine_reference as ref  # noqa: E402
-from test_learner import SGDBackend  # noqa: E402
+from helpers.learner import SGDBackend  # noqa: E402
 
 MASK = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])
 

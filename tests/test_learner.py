@@ -19,33 +19,9 @@ from rlvr.training.rollout import Rollout
 DATA = Path(__file__).resolve().parent / "data"
 sys.path.insert(0, str(DATA))
 import record_engine_reference as ref  # noqa: E402 - the recording script's batches and tiny models
+from helpers.learner import SGDBackend, run_update, skip_rollout  # noqa: E402
 
 REFERENCE = json.loads((DATA / "engine_reference.json").read_text())
-
-
-class SGDBackend:
-    """The learner's optimizer side in plain torch: accumulate, then SGD; records each step's gradients."""
-
-    def __init__(self, model):
-        self.policy = self.module = model
-        self.lr, self.records, self.backwards = None, [], 0
-
-    def backward(self, loss, *, last=False):
-        loss.backward()
-        self.backwards += 1
-
-    def step(self) -> float:
-        grads = {n: p.grad.detach().clone() for n, p in self.module.named_parameters() if p.grad is not None}
-        self.records.append((self.lr, grads))
-        with torch.no_grad():
-            for p in self.module.parameters():
-                if p.grad is not None:
-                    p.sub_(self.lr * p.grad)
-                    p.grad = None
-        return float(torch.nn.utils.get_total_norm(list(grads.values())))
-
-    def set_lr(self, lr):
-        self.lr = lr
 
 
 def algorithm(case: dict) -> AlgorithmConfig:
@@ -147,9 +123,8 @@ def test_trainer_logprobs_are_the_samplers_at_the_sampling_temperature(tiny_mode
 
 
 # ------------------------------------------------------------- sequences without gradient are skipped
-# Group 0 has no reward variance (every advantage 0); in group 1 the 0.5 gets advantage exactly 0
-# (0.5 - mean(1, 0, 0.5)); a truncated sequence under mask_truncated has weight 0.
-SKIP_REWARDS = [1.0, 1.0, 1.0, 1.0, 1.0, 0.0, 0.5, 0.5]
+# skip_rollout (tests/helpers/learner.py): group 0 has no reward variance, in group 1 a 0.5 gets
+# advantage exactly 0, and a truncated sequence under mask_truncated has weight 0.
 SKIP_CASES = {
     "plain": {},
     # SGD at lr 0.5 moves ratios to 0.39-2.41 by the second epoch: with these bounds 5 of the 9 trained
@@ -171,23 +146,6 @@ SKIP_CASES = {
     "cispo_is_tis_ppo2": {"policy_loss": "cispo", "cispo": {"eps_low": 1e-3, "eps_high": 1e-3}, "ppo_epochs": 2,
                           "is_correction": {"mode": "tis"}},
 }
-
-
-def skip_rollout() -> Rollout:
-    gen = torch.Generator().manual_seed(3)
-    completions = [Completion("", list(ids), truncated, logprobs=(-torch.rand(len(ids), generator=gen) - 0.5).tolist())
-                   for ids, truncated in ref.COMPLETIONS]
-    return Rollout(group_size=ref.K, prompt_ids=ref.PROMPTS, completions=completions, rewards=list(SKIP_REWARDS),
-                   reward_values={})
-
-
-def run_update(algo: AlgorithmConfig, skip: bool, rollout: Rollout | None = None, is_mode: str = "none"):
-    policy, reference_model = ref.tiny_models()
-    backend = SGDBackend(policy)
-    learner = Learner(backend, algo, micro_batch_size=2, temperature=1.0, pad_id=ref.PAD, device=torch.device("cpu"),
-                      share_prompts=True, ref_model=reference_model, is_mode=is_mode, skip_zero_advantage=skip)
-    stats = learner.update(rollout or skip_rollout(), lr=ref.SGD_LR)
-    return stats, backend
 
 
 @pytest.mark.parametrize("aggregation", ["token_mean", "seq_mean_token_sum", "seq_mean_token_mean",

@@ -17,9 +17,8 @@ import time
 
 import pytest
 
-from conftest import RLVR
-from test_engine import make_run, rows, test_plugin  # noqa: F401 - test_plugin is a fixture
-from test_server import sampler_pids
+from helpers import RLVR
+from helpers.runs import listening_sockets, make_run, rows, sampler_pids
 
 PRIVATE = "10.77.0.1"
 # run "$@" in the namespace, with the host name at PRIVATE there
@@ -32,38 +31,6 @@ def in_private_network(command: list[str], tmp_path) -> list[str]:
     hosts.write_text(f"127.0.0.1 localhost\n{PRIVATE} {socket.gethostname()}\n")
     return ["unshare", "--user", "--map-root-user", "--net", "--mount", "sh", "-c",
             IN_PRIVATE_NETWORK.format(address=PRIVATE, hosts=hosts), "sh", *map(str, command)]
-
-
-def _address(hex_address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
-    raw = bytes.fromhex(hex_address)
-    words = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))  # /proc prints 32-bit words in host order
-    address = ipaddress.ip_address(words)
-    return getattr(address, "ipv4_mapped", None) or address
-
-
-def listening_sockets(pid: int) -> set[tuple[str, int]]:
-    """(address, port) of every TCP socket ``pid`` holds in LISTEN state, seen in its own network namespace."""
-    inodes = set()
-    try:
-        fds = os.listdir(f"/proc/{pid}/fd")
-        tables = [open(f"/proc/{pid}/net/{name}").read() for name in ("tcp", "tcp6")]
-    except OSError:  # gone meanwhile
-        return set()
-    for fd in fds:
-        try:
-            target = os.readlink(f"/proc/{pid}/fd/{fd}")
-        except OSError:  # closed meanwhile
-            continue
-        if target.startswith("socket:["):
-            inodes.add(target[8:-1])
-    found = set()
-    for table in tables:
-        for line in table.splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A" and fields[9] in inodes:  # 0A: LISTEN
-                address, port = fields[1].rsplit(":", 1)
-                found.add((str(_address(address)), int(port, 16)))
-    return found
 
 
 def watch(proc: subprocess.Popen, pids) -> dict[int, set[tuple[str, int]]]:
@@ -106,7 +73,7 @@ PROBE = textwrap.dedent('''
     import json, os, socket, sys
     import torch.distributed as dist
     sys.path.insert(0, sys.argv[1])
-    from test_listeners import listening_sockets
+    from helpers.runs import listening_sockets
     from rlvr.models.distributed import init_default_group, process_group_scope
 
     out = {"host": socket.gethostbyname(socket.gethostname())}

@@ -304,7 +304,7 @@ def test_dr_grpo_weighs_every_token_the_same_whatever_the_lengths():
 
 
 # ----------------------------------------------------------------------------------- recipe options
-from test_recipe import BASE as RECIPE  # noqa: E402 - a minimal valid recipe
+from helpers.recipes import BASE as RECIPE  # noqa: E402 - a minimal valid recipe
 
 
 @pytest.mark.parametrize("overrides, message", [
@@ -358,7 +358,7 @@ def test_learner_first_epoch_is_reinforce_then_the_variant_departs(variant):
     """The first epoch starts at ratio 1, where all three losses have REINFORCE's gradient; the
     second moves the ratios (SGD with lr 0.5) and the variant's bounds bite: another gradient than
     PPO without clipping."""
-    from test_learner import run_update
+    from helpers.learner import run_update
 
     plain, plain_backend = run_update(AlgorithmConfig(ppo_epochs=2), skip=True)
     ours, ours_backend = run_update(AlgorithmConfig(ppo_epochs=2, **VARIANTS[variant]), skip=True)

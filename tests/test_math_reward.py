@@ -922,7 +922,7 @@ def test_giant_strings(table_scores):
 
 def _rows(path: Path, n: int):
     if not path.exists():
-        pytest.skip(f"{path} not available")
+        pytest.skip(f"{path} not found (RLVR_DATA_DIR; make test reads ../shared/data)")
     with path.open() as f:
         return [json.loads(line) for _, line in zip(range(n), f)]
 

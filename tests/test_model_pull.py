@@ -37,7 +37,7 @@ import errno  # noqa: E402
 import hashlib  # noqa: E402
 import zipfile  # noqa: E402
 
-from conftest import one_line_error, run_rlvr  # noqa: E402
+from helpers import one_line_error, run_rlvr  # noqa: E402
 
 from rlvr import RlvrError  # noqa: E402
 from rlvr.models import pull  # noqa: E402

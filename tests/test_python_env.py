@@ -18,7 +18,7 @@ from rlvr_plugins.sandbox import pool as sb_pool
 from rlvr import Reply, RlvrError
 from rlvr.host.options import option_checker
 from rlvr.host.registry import load_registry
-from test_sandbox import (  # noqa: F401 - box is a fixture: a started two-worker bwrap pool with its baseline
+from helpers.attacks import (
     FLOOD_WRITERS,
     FORK_BOMB,
     HANG_TIMEOUT,
@@ -32,7 +32,6 @@ from test_sandbox import (  # noqa: F401 - box is a fixture: a started two-worke
     SIGNAL_EVERYTHING,
     SLEEP_FOREVER,
     assert_clean,
-    box,
     connecting_program,
     flood_program,
     listening_socket,
@@ -40,17 +39,7 @@ from test_sandbox import (  # noqa: F401 - box is a fixture: a started two-worke
     outside_targets,
     writing_program,
 )
-
-
-def cell(code: str, before: str = "Let me compute.\n") -> str:
-    """A policy turn that ends at the closing fence of a python block, as the stop string cuts it."""
-    return f"{before}```python\n{code}```\n"
-
-
-def body(reply: Reply) -> str:
-    """The text inside the reply's output block."""
-    assert reply.text.startswith("```output\n") and reply.text.endswith("\n```\n"), reply.text
-    return reply.text[len("```output\n"):-len("\n```\n")]
+from helpers.python_env import body, cell, run_hostile
 
 
 def cut_at_stop(generation: str) -> str:
@@ -189,8 +178,8 @@ def test_replay_budget_and_limits(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def tool_box(box):  # noqa: F811 - test_sandbox's fixture
-    """test_sandbox's pool, as the process-wide one the environment uses."""
+def tool_box(box):
+    """The sandbox fixture's pool, as the process-wide one the environment uses."""
     before = sb_pool._SHARED.get("bwrap")
     sb_pool._SHARED["bwrap"] = box
     yield box
@@ -294,16 +283,6 @@ def test_sandbox_exec_mode(tool_box):
 
 
 # -- hostile programs as tool calls ---------------------------------------------------------
-
-
-def run_hostile(env: pe.PythonEnv, code: str, deadline: float) -> str:
-    """Send ``code`` as a cell: the reply comes within ``deadline`` seconds, and the next cell of
-    the same episode (which replays it if it ran to its end) still runs."""
-    start = time.monotonic()
-    reply = env.step(cell(code))
-    assert time.monotonic() - start < deadline, reply
-    assert body(env.step(cell("print(6 * 7)\n"))) == "42", env.state
-    return body(reply)
 
 
 HANG = {"timeout_s": HANG_TIMEOUT}

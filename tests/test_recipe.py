@@ -4,6 +4,7 @@ from pathlib import Path
 
 import pytest
 
+from helpers.recipes import BASE
 from rlvr import RlvrError
 from rlvr.host.registry import load_registry
 from rlvr.recipe.load import load_recipe
@@ -12,15 +13,6 @@ from rlvr.recipe.template import fields, render
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPES = sorted((ROOT / "tasks").glob("*.yaml"))
-
-BASE = """
-name: t
-task: {name: arithmetic, options: {size: 10}}
-prompt: {template: "{{question}}"}
-rewards: {math: 1.0}
-sampling: {num_generations: 4}
-trainer: {rollout_batch_size: 16, micro_batch_size: 4}
-"""
 
 
 @pytest.fixture(scope="module")

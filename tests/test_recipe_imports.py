@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import one_line_error, run_rlvr
+from helpers import one_line_error, run_rlvr
 from rlvr import RlvrError
 from rlvr.host.imports import DEFAULT_ALLOWED, ImportPolicy
 from rlvr.host.registry import Registry, load_registry
@@ -183,13 +183,12 @@ def test_the_recipes_folder_and_the_current_folder_resolve_without_sys_path(tmp_
     assert Registry().reference("cwd_rewards:r").reason == "in the current folder"
 
 
-def test_the_documented_trl_rewards_and_plugin_packages_are_allowed(tmp_path, monkeypatch):
+def test_the_documented_trl_rewards_and_plugin_packages_are_allowed(tmp_path, monkeypatch, trl_rewards):
     monkeypatch.chdir(tmp_path)
     registry = load_registry()
     assert DEFAULT_ALLOWED == ("trl.rewards",)
-    trl = pytest.importorskip("trl.rewards")
     source = registry.reference("trl.rewards:think_format_reward")
-    assert source.reason == "allowed by default" and source.path == str(Path(trl.__file__).parents[1])
+    assert source.reason == "allowed by default" and source.path == str(Path(trl_rewards.__file__).parents[1])
     assert registry.reward("trl.rewards:think_format_reward").convention == "trl"
     with pytest.raises(RlvrError, match="module 'trl' .* not allow-listed"):  # the rest of trl is not
         registry.reference("trl:GRPOTrainer")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import rlvr.api
-from conftest import wait_until
+from helpers import wait_until
 
 ROWS = [{"question": f"What is {a} + {b}?", "answer": str(a + b)} for a in range(1, 21) for b in range(1, 21)]
 RECIPE = {"name": "again", "task": "sums", "prompt": {"template": "{{question}}"},

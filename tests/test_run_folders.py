@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import one_line_error, run_rlvr
+from helpers import one_line_error, run_rlvr
 from rlvr import RlvrError
 from rlvr.kit.files import modes_follow_umask
 from rlvr.runs.outputs import RUN_OUTPUTS, run_outputs_in
@@ -259,7 +259,7 @@ def start_training(tmp_path, tiny_model, *args, reward="format"):
     import signal
     import subprocess
 
-    from conftest import RLVR
+    from helpers import RLVR
 
     recipe = tmp_path / "stops.yaml"
     recipe.write_text(TINY.format(model=tiny_model, reward=reward))
@@ -283,7 +283,7 @@ def test_ctrl_c_saves_a_checkpoint_that_resume_continues_from(tmp_path, tiny_mod
     import signal
     import time
 
-    from conftest import wait_until
+    from helpers import wait_until
 
     run = tmp_path / "run"
     proc = start_training(tmp_path, tiny_model)
@@ -361,7 +361,7 @@ def test_ranks_agree_to_stop_when_only_one_is_signalled(tmp_path, tiny_model):
     import sys
     import time
 
-    from conftest import wait_until
+    from helpers import wait_until
 
     recipe = tmp_path / "stops.yaml"
     recipe.write_text(TINY.format(model=tiny_model, reward="slow_reward:slow"))

@@ -75,7 +75,7 @@ def test_terminal_view_shows_turns_rewards_and_what_is_not_trained_on():
 
 
 def test_the_samples_command(tmp_path):
-    from conftest import run_rlvr
+    from helpers import run_rlvr
 
     missing = run_rlvr("samples", tmp_path)
     assert missing.returncode == 2 and "no samples (a run writes them every trainer.samples_every steps)" in \

@@ -23,13 +23,9 @@ import pytest
 from rlvr_plugins import python_env as pe
 from rlvr_plugins import sandbox as sb
 from rlvr_plugins.sandbox import pool as sb_pool
-from test_python_env import body, cell, run_hostile
-from test_sandbox import (  # noqa: F401 - box is a fixture: a started two-worker bwrap pool
-    CORRECT,
-    HANG_TIMEOUT,
-    SQUARE_TESTS,
-    box,
-)
+from helpers.attacks import CORRECT, HANG_TIMEOUT, SQUARE_TESTS
+from helpers.python_env import body, cell, run_hostile
+from helpers.skips import expected_skip
 
 AS_ROOT = os.geteuid() == 0
 PAUSE = 0.2  # each attacking program runs at least this long before it attacks
@@ -65,7 +61,7 @@ def attack_lines(attack: str) -> str:
 def skip_unsafe(isolation: str, attack: str) -> None:
     if isolation == "process" and "minus_1" in attack and not AS_ROOT:
         # Not as root, programs run as our own user: kill(-1) would reach this test run itself.
-        pytest.skip("kill(-1) under isolation 'process' is contained only as root (see sandbox's docstring)")
+        expected_skip("kill(-1) under isolation 'process' is contained only as root (see sandbox's docstring)")
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +73,7 @@ def process_box():
 
 
 @pytest.fixture(params=["bwrap", "process"])
-def pool(request, box):  # noqa: F811 - test_sandbox's fixture
+def pool(request, box):
     return box if request.param == "bwrap" else request.getfixturevalue("process_box")
 
 
@@ -210,7 +206,7 @@ def waiting_victim(deadline: float) -> int:
 @pytest.mark.slow
 def test_kill_all_does_not_reach_another_episodes_program(pool):
     if pool.isolation == "process" and not AS_ROOT:
-        pytest.skip("kill(-1) under isolation 'process' is contained only as root (see sandbox's docstring)")
+        expected_skip("kill(-1) under isolation 'process' is contained only as root (see sandbox's docstring)")
     if pool.isolation == "process":
         uids = {w.uid for w in pool.workers}
         assert None not in uids and len(uids) == len(pool.workers)  # a uid of its own per worker

@@ -251,7 +251,7 @@ def test_trl_s_answer_columns_are_not_prompts(column):
 
 @pytest.mark.slow  # two `rlvr` processes
 def test_rlvr_validate_data_reads_a_trl_dataset_and_refuses_a_repr_in_one_line(tmp_path, rlvr_cmd):
-    from conftest import one_line_error
+    from helpers import one_line_error
 
     trl_recipe(tmp_path, TRL_ROWS)
     out = rlvr_cmd("validate", "--data", tmp_path / "r.yaml")

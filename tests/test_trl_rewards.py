@@ -1,6 +1,7 @@
 """Reward functions written for TRL, unchanged: called by keyword as TRL's GRPOTrainer calls them,
 with conversational or plain completions, and giving what they give under TRL on the same
-inputs (trl.rewards' own functions; TRL is installed by `make test`)."""
+inputs (trl.rewards' own functions, the ``trl_rewards`` fixture: `make test` installs TRL, and there
+a missing TRL fails)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,6 @@ import pytest
 from rlvr import RlvrError
 from rlvr.host.registry import Registry, make_reward_spec, reward_signature
 from rlvr.rewards.runner import BoundReward, score_batch
-
-trl_rewards = pytest.importorskip("trl.rewards", reason="make test installs trl (the benchmarks' oracle)")
 
 COMPLETIONS = [r"<think>2+2</think> The answer is \boxed{4}.", r"It is \boxed{\frac{1}{2}}", "no box at all",
                "<think>unclosed... \\boxed{4}"]
@@ -33,7 +32,7 @@ def conversational(texts):
     return [[{"role": "assistant", "content": t}] for t in texts]
 
 
-def test_trl_builtins_score_as_under_trl():
+def test_trl_builtins_score_as_under_trl(trl_rewards):
     rows = [{"solution": s, "question": "q"} for s in SOLUTIONS]
     got, _ = score(bound(trl_rewards.accuracy_reward), rows)
     assert got == trl_rewards.accuracy_reward(conversational(COMPLETIONS), SOLUTIONS) == [1.0, 0.0, 0.0, 1.0]
@@ -84,7 +83,7 @@ def test_a_raising_trl_reward_gives_none_for_its_records_only():
     assert got == [1.0, 1.0, None, 1.0] and "ZeroDivisionError" in infos[2]["error"]
 
 
-def test_a_recipe_names_a_trl_reward_by_module_and_function(tmp_path, monkeypatch):
+def test_a_recipe_names_a_trl_reward_by_module_and_function(tmp_path, monkeypatch, trl_rewards):
     (tmp_path / "my_rewards.py").write_text(textwrap.dedent('''
         from trl.rewards import get_soft_overlong_punishment
 

@@ -15,7 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import RLVR, run_rlvr
+from helpers import RLVR, run_rlvr
 from rlvr import RlvrError
 from rlvr.host.registry import RewardSpec
 from rlvr.runs.metrics import UnscoredSteps

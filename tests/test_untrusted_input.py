@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import one_line_error, run_rlvr
+from helpers import one_line_error, run_rlvr
 from rlvr import RlvrError
 from rlvr.recipe.load import MAX_EXPANDED_NODES, load_recipe, load_yaml
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import wait_until
+from helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:

@@ -1,0 +1,11 @@
+"""The smallest valid recipe, which tests override field by field (tests/test_recipe.py,
+test_server_options.py, test_loss_variants.py)."""
+
+BASE = """
+name: t
+task: {name: arithmetic, options: {size: 10}}
+prompt: {template: "{{question}}"}
+rewards: {math: 1.0}
+sampling: {num_generations: 4}
+trainer: {rollout_batch_size: 16, micro_batch_size: 4}
+"""
