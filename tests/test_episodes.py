@@ -299,7 +299,7 @@ def test_the_learner_trains_on_the_policy_tokens_only():
                        Completion("", [9, 10], False)]
         rollout = Rollout(group_size=2, prompt_ids=[[1, 2, 3]], completions=completions, rewards=[1.0, 0.0],
                           reward_values={})
-        return learner.update(rollout, lr=0.1), grads
+        return learner.update(rollout, lr=0.1).sums, grads
 
     base, g0 = update([11, 12], first=4)
     other_tail, g1 = update([30, 31, 32], first=4)

@@ -76,7 +76,7 @@ def _update(mode: str, behaviour, clip=None, epochs: int = 1):
     algo = AlgorithmConfig(clip=clip, ppo_epochs=epochs, is_correction={"mode": mode, "cap": 2.0})
     learner = Learner(backend, algo, micro_batch_size=ref.MICRO, temperature=1.0, pad_id=ref.PAD,
                       device=torch.device("cpu"), share_prompts=True, is_mode=mode)
-    stats = learner.update(_rollout(behaviour), lr=ref.SGD_LR)
+    stats = learner.update(_rollout(behaviour), lr=ref.SGD_LR).sums
     return stats, backend.records[0][1], learner
 
 

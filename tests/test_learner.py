@@ -55,7 +55,7 @@ def test_update_matches_the_engine_before_the_split(name, skip, chunk):
                       device=torch.device("cpu"), share_prompts=case.get("share_prompts", True),
                       ref_model=reference_model if case["beta"] > 0 else None, skip_zero_advantage=skip,
                       logprob_chunk_tokens=chunk)
-    stats = learner.update(reference_rollout(), lr=ref.SGD_LR)
+    stats = learner.update(reference_rollout(), lr=ref.SGD_LR).sums
     tolerance = dict(rel=1e-5, abs=1e-6) if chunk == 0 else dict(rel=1e-4, abs=1e-5)
     assert stats["loss"] == pytest.approx(recorded["epoch_losses"][0], **tolerance)
     # The recorded engine counted clipping in the first epoch, where every ratio is 1 (so 0 with
@@ -215,11 +215,11 @@ def test_a_step_with_nothing_to_train_leaves_the_weights_as_they_are(skip):
     backend = AdamWBackend(policy)
     learner = Learner(backend, AlgorithmConfig(), micro_batch_size=2, temperature=1.0, pad_id=ref.PAD,
                       device=torch.device("cpu"), share_prompts=True, skip_zero_advantage=skip)
-    first = learner.update(skip_rollout(), lr=1e-3)
+    first = learner.update(skip_rollout(), lr=1e-3).sums
     assert first["optimizer_steps"] == 1.0
     before = [p.detach().clone() for p in policy.parameters()]
     backwards = backend.backwards
-    stats = learner.update(zero_variance_rollout(), lr=1e-3)
+    stats = learner.update(zero_variance_rollout(), lr=1e-3).sums
     moved = max(float((p.detach() - b).abs().max()) for p, b in zip(policy.parameters(), before))
     assert stats["zero_variance"] == 2 and stats["loss"] == 0.0
     if skip:
@@ -293,7 +293,7 @@ with process_group_scope():
     rollout = Rollout(group_size=ref.K, prompt_ids=ref.PROMPTS, completions=completions, rewards=rewards, reward_values={})
     learner = Learner(backend, AlgorithmConfig(ppo_epochs=2), micro_batch_size=2, temperature=1.0, pad_id=ref.PAD,
                       device=torch.device("cpu"), share_prompts=True, skip_zero_advantage=skip)
-    stats = learner.update(rollout, lr=1e-2)
+    stats = learner.update(rollout, lr=1e-2).sums
     if zero == 3:
         params = [p.ds_tensor for p in engine.module.parameters()]
     else:
@@ -369,3 +369,23 @@ def test_cpu_autocast_computes_in_bfloat16_keeps_float32_weights_and_a_float32_h
     assert flat16.dtype == torch.float32 and not torch.equal(flat16, flat32)
     cosine = torch.nn.functional.cosine_similarity(flat16, flat32, dim=0).item()
     assert cosine > 0.99, cosine
+
+
+def test_the_update_returns_what_the_report_needs():
+    """``Learner.update`` returns an ``Update``: this rank's sums for the step's row, the last optimizer
+    step's grad norm and each sequence's advantage (what samples.jsonl shows); nothing is left on
+    the learner for the engine to read."""
+    from rlvr.training.algo import rloo_advantages
+    from rlvr.training.learner import Update
+
+    policy, _ = ref.tiny_models()
+    backend = SGDBackend(policy)
+    learner = Learner(backend, AlgorithmConfig(ppo_epochs=2), micro_batch_size=ref.MICRO, temperature=1.0,
+                      pad_id=ref.PAD, device=torch.device("cpu"), share_prompts=True)
+    rollout = skip_rollout()
+    update = learner.update(rollout, lr=ref.SGD_LR)
+    assert isinstance(update, Update) and "grad_norm" not in update.sums and update.sums["optimizer_steps"] == 2.0
+    last_grads = list(backend.records[-1][1].values())
+    assert update.grad_norm == pytest.approx(float(torch.nn.utils.get_total_norm(last_grads))) and update.grad_norm > 0
+    assert update.advantages == rloo_advantages(rollout.rewards, rollout.group_size, "none")[0]
+    assert vars(learner).keys().isdisjoint({"last_advantages", "grad_norm"})

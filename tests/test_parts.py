@@ -12,14 +12,16 @@ import pytest
 
 from rlvr import RlvrError
 from rlvr.host.registry import RewardSpec
+from rlvr.models.distributed import add_sums, reduce_sums
 from rlvr.models.tokens import pad_batch
 from rlvr.recipe.spec import DynamicSamplingConfig, Recipe, SamplingConfig, TrainerConfig
 from rlvr.rewards.runner import BoundReward
-from rlvr.runs.metrics import StuckReward, add_sums, reduce_sums, rollout_sums, step_line, step_row
+from rlvr.runs.metrics import StuckReward, step_line, step_row
 from rlvr.sampling.prompts import Prompt, fit_prompts
 from rlvr.sampling.samplers import (Completion, context_length, cpu_kv_cache_bytes, kv_cache_bytes,
                                     sampler_sequences)
 from rlvr.training.policy import deepspeed_config, effective_zero_stage, lr_multiplier
+from rlvr.training.report import rollout_sums
 from rlvr.training.rollout import PromptStream, Rollout, RolloutProducer, zero_variance
 
 
@@ -217,7 +219,7 @@ def test_task_accuracy_beside_the_total():
 
 def test_stuck_reward_warns_once_per_stretch_of_zero_task_reward():
     stuck = StuckReward(3, "math", enabled=False)
-    samples = [Completion("The answer is  #### 18\n", [1], False)]
+    samples = ["The answer is  #### 18\n"]
     seen = [stuck.update({"task_reward_max": v}, samples) for v in (0.0, 0.0, -1.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0)]
     assert [s is not None for s in seen] == [False, False, True, False, False, False, False, False, True]
     assert seen[2].startswith("reward stuck at 0: 'math' scored 0 or less for every sample of the last 3 steps")

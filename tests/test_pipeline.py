@@ -21,7 +21,7 @@ class FakeWorld:
         self.events: list[tuple] = []
         self.gen_seconds = gen_seconds
 
-    def produce(self, step: int) -> Rollout:
+    def produce(self, step: int, version: int) -> Rollout:
         assert not self.generating.is_set()
         self.generating.set()
         seen = self.weights
@@ -29,7 +29,7 @@ class FakeWorld:
         self.events.append(("generated", step, seen))
         self.generating.clear()
         return Rollout(group_size=2, prompt_ids=[[1]], completions=[], rewards=[], reward_values={},
-                       stream_position=step + 1)
+                       policy_version=version, stream_position=step + 1)
 
     def sync(self) -> float:
         assert not self.generating.is_set(), "a sync overlapped a generation"
@@ -100,7 +100,7 @@ def test_resume_starts_from_the_checkpointed_version():
 
 def test_errors_in_the_background_reach_the_trainer():
     class Broken(FakeWorld):
-        def produce(self, step):
+        def produce(self, step, version):
             raise RuntimeError("sampler died")
 
     world = Broken()

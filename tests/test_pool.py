@@ -14,11 +14,12 @@ from rlvr import RlvrError
 from rlvr.host.registry import RewardSpec
 from rlvr.recipe.spec import DataConfig, DynamicSamplingConfig, SamplingConfig
 from rlvr.rewards.runner import BoundReward
-from rlvr.runs.metrics import rollout_sums, step_row
+from rlvr.runs.metrics import step_row
 from rlvr.sampling.prompts import Prompt
 from rlvr.sampling.samplers import Completion
 from rlvr.training.checkpoint import RankState, decode_rank_state, encode_rank_state
 from rlvr.training.pool import PromptPool, check_state, outcome, prompt_source
+from rlvr.training.report import rollout_sums
 from rlvr.training.rollout import PromptStream, RolloutProducer
 
 SOLVED, FAILED, MIXED = [1.0, 1.0, 1.0, 1.0], [0.0, 0.0, 0.0, 0.0], [1.0, 0.0, 1.0, 0.0]

@@ -67,13 +67,15 @@ def test_logs_and_the_users_own_files_do_not_make_a_run(tmp_path):
 
 
 def test_every_file_the_engine_names_is_a_run_output():
-    """The names rlvr.training.engine and the logs it uses write into a run folder are all listed
-    (a new file a run writes must be added to RUN_OUTPUTS, or to the logs this test knows of)."""
+    """The names rlvr.training.engine (with its report and held-out evaluator) and the logs it uses
+    write into a run folder are all listed (a new file a run writes must be added to RUN_OUTPUTS,
+    or to the logs this test knows of)."""
     import re
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1] / "rlvr"
-    sources = "".join((root / p).read_text() for p in ("training/engine.py", "runs/tracking.py", "runs/plotting.py"))
+    sources = "".join((root / p).read_text() for p in ("training/engine.py", "training/report.py", "evaluation/held_out.py",
+                                                       "runs/tracking.py", "runs/plotting.py"))
     written = set(re.findall(r'(?:output_dir|folder) / f?"([\w.{}]+)"', sources))
     logs = {"train.log"}
     patterns = [re.compile(p.replace(".", r"\.").replace("*", ".*")) for p in RUN_OUTPUTS]

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from rlvr.runs.samples import SamplesLog, format_records, read_samples, sample_records, turns
+from rlvr.runs.samples import SamplesLog, format_records, read_samples, turns
 from rlvr.sampling.samplers import Completion
+from rlvr.training.report import sample_records
 from rlvr.training.rollout import Rollout
 
 VOCAB = {1: "Let me ", 2: "run.\n```python\nprint(6*7)\n```\n", 3: "```output\n", 4: "42\n```\n", 5: "42", 9: "Q?"}

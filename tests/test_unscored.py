@@ -232,7 +232,7 @@ def test_ranks_decide_together_from_the_reduced_counts(tmp_path, tiny_model, plu
 
 REDUCE = '''
 import json, sys, torch.distributed as dist
-from rlvr.runs.metrics import reduce_sums
+from rlvr.models.distributed import reduce_sums
 rank = int(sys.argv[1])
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[2], rank=rank, world_size=2)
 same = reduce_sums({"a": 1.0 + rank, "len_max": 3.0 * rank})

@@ -17,13 +17,13 @@ from rlvr import RlvrError
 from rlvr.evaluation.compare import counted, percent
 from rlvr.host.registry import Registry
 from rlvr.kit import write_replacing
-from rlvr.models.distributed import process_group_scope
+from rlvr.models.distributed import process_group_scope, reduce_sums
 from rlvr.recipe.spec import Recipe
-from rlvr.rewards.runner import BoundReward, bind_rewards, score_batch
+from rlvr.rewards.runner import BoundReward, bind_rewards
+from rlvr.rewards.scored import sample_and_score
 from rlvr.runs.logs import ProgressLog
-from rlvr.runs.metrics import reduce_sums
-from rlvr.sampling.episodes import episode_runner, episode_sums, unscore_failed
-from rlvr.sampling.prompts import PromptSet, load_prompt_set, with_prefix
+from rlvr.sampling.episodes import episode_runner
+from rlvr.sampling.prompts import PromptSet, load_prompt_set
 
 log = logging.getLogger("rlvr.evaluation")
 
@@ -69,29 +69,17 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
     temperature = ev.temperature if n == 1 else (ev.temperature or 1.0)
     mine = list(range(rank, len(eval_set.rows), world))
     prompts = [eval_set.prompts[i] for i in mine]
-    options = dict(n=n, temperature=temperature, top_p=recipe.sampling.top_p, max_tokens=recipe.eval_tokens,
-                   seed=ev.seed + rank)
-    flat_rows = [eval_set.rows[i] for i in mine for _ in range(n)]
-    sums = None
-    if episodes is None:
-        if progress_label and mine:  # asked for only then: a sampler of one's own need not take it
-            options["progress"] = ProgressLog(progress_label, len(prompts) * n, log)
-        outs = with_prefix(sampler.generate([p.ids for p in prompts], **options), prompts) if mine else []
-    else:
-        rows = [eval_set.rows[i] for i in mine]
-        outs, flat_rows, sums = (episodes.sample(sampler, rows, [p.ids for p in prompts], **options) if mine
-                                 else ([], [], episode_sums([])))
+    options: dict[str, Any] = dict(temperature=temperature, top_p=recipe.sampling.top_p, max_tokens=recipe.eval_tokens,
+                                   seed=ev.seed + rank)
+    if progress_label and mine and episodes is None:  # asked for only then: a sampler of one's own need not take it
+        options["progress"] = ProgressLog(progress_label, len(prompts) * n, log)
     correctness = recipe.task_reward
-    flat = [c for group in outs for c in group]
-    flat_prompts = [p for p in prompts for _ in range(n)]  # TRL's rewards get their messages
-    scored = score_batch(rewards, flat_prompts, [c.text for c in flat], [c.token_ids for c in flat], flat_rows) if flat else None
-    if scored is not None and episodes is not None:
-        unscore_failed(scored, flat_rows, [correctness])
-    unscored = scored.unscored() if scored is not None else None
+    batch = sample_and_score(sampler, rewards, prompts, [eval_set.rows[i] for i in mine], n=n, episodes=episodes,
+                             unscore=[correctness], **options)
+    scored, unscored = batch.scores, batch.scores.unscored()
     per_prompt = []
-    for j, i in enumerate(mine):
-        values = scored.values[correctness][j * n : (j + 1) * n]
-        infos = scored.infos[correctness][j * n : (j + 1) * n]
+    for i, group in zip(mine, batch.groups()):
+        values, infos = group.values[correctness], group.infos[correctness]
         passed = [v is not None and v >= ev.pass_threshold for v in values]
         per_prompt.append({
             "index": i,
@@ -99,26 +87,25 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
             "pass_rate": sum(passed) / n,  # its pass@1
             "unscorable": sum(v is None for v in values),
             "maj": majority_correct([_answer_of(x) for x in infos], passed),
-            "samples": [{"completion": c.text, "reward": scored.total[j * n + m], "correct": passed[m],
-                         "reward_info": {name: scored.infos[name][j * n + m] for name in scored.names}}
-                        for m, c in enumerate(flat[j * n : (j + 1) * n])] if keep_samples else None,
+            "samples": [{"completion": c.text, "reward": group.total[m], "correct": passed[m],
+                         "reward_info": {name: group.infos[name][m] for name in scored.names}}
+                        for m, c in enumerate(group.completions)] if keep_samples else None,
         })
     ks = ev.k
     local = {"n": len(per_prompt), "pass@1": sum(p["pass_rate"] for p in per_prompt),
              "maj": sum(p["maj"] for p in per_prompt), "unscorable": sum(p["unscorable"] for p in per_prompt),
-             "reward_sum": sum(r for r in scored.total if r is not None) if scored else 0.0,
-             "reward_n": sum(r is not None for r in scored.total) if scored else 0}
+             "reward_sum": sum(r for r in scored.total if r is not None),
+             "reward_n": sum(r is not None for r in scored.total)}
     local.update({f"pass@{k}": sum(pass_at_k(n, sum(p["passed"]), k) for p in per_prompt) for k in ks})
-    if sums is not None:
-        sums.pop("time_env", None)
-        local.update(sums)
+    if batch.episodes is not None:  # the episodes' figures, summed over ranks (their time apart)
+        local.update({name: v for name, v in batch.episodes.items() if name != "time_env"})
     total = reduce_sums(local)
     count = total["n"]
     if require_scores and count and total["unscorable"] == count * n:
-        why = unscored.line([correctness]) if unscored is not None else ""
+        why = unscored.line([correctness])
         raise RlvrError(f"evaluation scored none of its {int(count * n)} samples with {correctness!r}"
                         + (f": {why}" if why else ""))
-    if unscored is not None and (unscored.counts or unscored.env_failed):
+    if unscored.counts or unscored.env_failed:
         log.warning(f"evaluation: {unscored.line()}")
     result: dict[str, Any] = {
         "n": int(count),

@@ -2,8 +2,9 @@
 
 ``hub`` resolves a model name (alias, hub id, local folder) and pulls models (GGUF included),
 ``tokens`` pads token batches and finds a model's end-of-sequence ids, ``distributed`` scopes a
-torch.distributed process group to a run, ``lora`` merges LoRA adapters into their base weights for
-sampling and restores the base weights exactly.
+torch.distributed process group to a run and sums named figures over its ranks (``reduce_sums``),
+``lora`` merges LoRA adapters into their base weights for sampling and restores the base weights
+exactly.
 
 Design notes: docs/sampling.md and docs/training.md.
 

@@ -1,8 +1,9 @@
-"""Step metrics: named sums reduced over ranks by name, the row written to ``metrics.jsonl``
-(trackers get it too: ``rlvr.runs.tracking``), and the one line a step prints.
+"""Step metrics: the row written to ``metrics.jsonl`` (trackers get it too: ``rlvr.runs.tracking``),
+and the one line a step prints.
 
-A rank reports plain sums (``reward_sum``, ``tokens``, ...); ``reduce_sums`` adds them up over
-ranks name by name, and ``step_row`` turns the totals into the means a user reads.
+Training's ranks report plain sums (``reward_sum``, ``tokens``, ...), add them up over ranks name
+by name (``rlvr.models.distributed.reduce_sums``), and ``step_row`` turns the totals into the
+means a user reads. Nothing here knows what a rollout or an update is: only named numbers.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import json
 import logging
 import math
 import os
-import zlib
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -20,91 +20,14 @@ from rlvr.kit import open_append, write_replacing
 from rlvr.kit.data import parse_json
 
 
-def is_maximum(name: str) -> bool:
-    """Figures named ``*_max`` combine by taking the largest (over micro-batches, sampling rounds
-    and ranks); every other figure is a sum."""
-    return name.endswith("_max")
-
-
-def add_sums(total: Mapping[str, float] | None, more: Mapping[str, float]) -> dict[str, float]:
-    """``total`` and ``more`` combined name by name: added, or the larger for ``*_max`` names."""
-    out = dict(total or {})
-    for name, value in more.items():
-        out[name] = value if name not in out else max(out[name], value) if is_maximum(name) else out[name] + value
-    return out
-
-
-def reduce_sums(stats: Mapping[str, float]) -> dict[str, float]:
-    """Each named value combined over ranks as :func:`add_sums` combines it (summed, or the
-    largest for ``*_max`` names).
-
-    Values are matched by name, never by position. A rank may lack names another has (an
-    environment's own ``env/`` metrics, the importance-sampling figures of micro-batches it did
-    not run because it had nothing to train): there each counts as nothing (0, or -inf for a
-    maximum). A checksum of the names, reduced first, finds that case; only then are the names
-    gathered.
-    """
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return dict(stats)
-    import torch
-
-    names = sorted(stats)
-    check = float(zlib.crc32("\0".join(names).encode()))
-    spread = torch.tensor([check, -check], dtype=torch.float64)
-    dist.all_reduce(spread, op=dist.ReduceOp.MAX)  # the largest checksum and minus the smallest
-    if spread[0].item() != -spread[1].item():  # the ranks hold different names: take their union
-        gathered: list = [None] * dist.get_world_size()
-        dist.all_gather_object(gathered, names)
-        names = sorted({n for ns in gathered for n in ns})
-        stats = {n: stats.get(n, -math.inf if is_maximum(n) else 0.0) for n in names}
-    maxima = [n for n in names if is_maximum(n)]
-    plain = [n for n in names if not is_maximum(n)]
-    summed = torch.tensor([float(stats[n]) for n in plain], dtype=torch.float64)
-    dist.all_reduce(summed)
-    out = dict(zip(plain, summed.tolist()))
-    if maxima:
-        largest = torch.tensor([float(stats[n]) for n in maxima], dtype=torch.float64)
-        dist.all_reduce(largest, op=dist.ReduceOp.MAX)
-        out.update(zip(maxima, largest.tolist()))
-    return {n: out[n] for n in names}
-
-
-def rollout_sums(rollout, task: tuple[str, float] | None = None) -> dict[str, float]:
-    """A rollout's contribution to the step's sums (rewards, lengths, per-reward values).
-
-    ``task``: (the task reward's name, its pass threshold): counts the samples that did the task
-    (``task_pass`` of ``task_n`` scorable) and its largest raw value (``task_reward_max``)."""
-    scored = [r for r in rollout.rewards if r is not None]
-    lengths = rollout.lengths
-    sums = {
-        "reward_sum": sum(scored), "reward_sq": sum(r * r for r in scored), "reward_n": len(scored),
-        "reward_errors": rollout.reward_errors, "seqs": len(lengths), "len_sum": sum(lengths),
-        "len_max": max(lengths, default=0), "truncated": sum(rollout.truncated), "rounds": rollout.rounds,
-    }
-    for name in rollout.reward_names:
-        values = [v for v in rollout.reward_values[name] if v is not None]
-        sums[f"reward/{name}/sum"], sums[f"reward/{name}/n"] = sum(values), len(values)
-    if task is not None:
-        name, threshold = task
-        values = [v for v in rollout.reward_values[name] if v is not None]
-        sums.update(task_pass=sum(v >= threshold for v in values), task_n=len(values),
-                    task_reward_max=max(values, default=-math.inf))
-    if rollout.episodes is not None:
-        sums.update(rollout.episodes)
-    if getattr(rollout, "pool", None) is not None:  # the prompt pool's (data.pool): pool_prompts, pool_active, ...
-        sums.update(rollout.pool)
-    return sums
-
-
 def _ratio(a: float, b: float, empty: float = 0.0) -> float:
     return a / b if b else empty
 
 
 def step_row(step: int, s: Mapping[str, float], *, world: int, reward_names: Iterable[str],
              times: Mapping[str, float], lr: float, grad_norm: float, staleness: int = 0) -> dict:
-    """The metrics row of one step from sums over all ranks (``rollout_sums`` plus the update's).
+    """The metrics row of one step from sums over all ranks (the rollout's and the update's:
+    ``rlvr.training.report``).
     ``step`` is numbered from 1, as everywhere a run shows steps (console, samples, trackers)."""
     mean = _ratio(s["reward_sum"], s["reward_n"], math.nan)
     row = {
@@ -193,9 +116,9 @@ class StuckReward:
         self.patience, self.reward, self.enabled = patience, reward, enabled
         self.run, self.warned = 0, False
 
-    def update(self, row: Mapping, samples: Sequence = ()) -> str | None:
-        """Feed a step's row (and its completions, one of which the warning shows); returns the
-        warning the step it is due (logged when enabled), else None."""
+    def update(self, row: Mapping, samples: Sequence[str] = ()) -> str | None:
+        """Feed a step's row (and its completions' texts, the first of which the warning shows);
+        returns the warning the step it is due (logged when enabled), else None."""
         best = row.get("task_reward_max", math.nan)
         if not self.patience or math.isnan(best) or best > 0:
             self.run, self.warned = 0, False
@@ -204,7 +127,7 @@ class StuckReward:
         if self.run < self.patience or self.warned:
             return None
         self.warned = True
-        sample = " ".join(samples[0].text.split())[:160] if samples else "(none)"
+        sample = " ".join(samples[0].split())[:160] if samples else "(none)"
         message = (f"reward stuck at 0: {self.reward!r} scored 0 or less for every sample of the last {self.run} "
                    f"steps; check that the answers are in the form the reward reads. A sample: {sample!r}")
         if self.enabled:

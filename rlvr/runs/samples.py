@@ -2,7 +2,8 @@
 terminal view of it (``rlvr samples RUN``).
 
 Every ``trainer.samples_every`` steps, the first ``trainer.samples_groups`` groups of the step's
-rollout (rank 0's) go to ``samples.jsonl``, one record per completion::
+rollout (rank 0's) go to ``samples.jsonl``, one record per completion (training makes them:
+``rlvr.training.report.sample_records``; this module writes, reads and shows plain records)::
 
     {"step": 4, "group": 0, "sample": 3, "prompt": "...", "turns": [{"role": "policy",
      "text": "...", "trained": true}, {"role": "environment", "text": "...", "trained": false}],
@@ -17,7 +18,6 @@ policy turn. Steps are numbered as in ``metrics.jsonl`` and on the console (from
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import textwrap
 from pathlib import Path
@@ -41,31 +41,6 @@ def turns(text: str, token_ids: Sequence[int], mask: Sequence[int] | None, decod
             out.append({"role": "policy" if own else "environment", "text": decode(token_ids[start:end]),
                         "trained": own})
             start = end
-    return out
-
-
-def _number(value: Any) -> Any:
-    return None if isinstance(value, float) and not math.isfinite(value) else value
-
-
-def sample_records(step: int, rollout, advantages: Sequence[float] | None, decode: Decode,
-                   groups: int) -> list[dict]:
-    """Records of the first ``groups`` groups of ``rollout`` (an ``rlvr.training.rollout.Rollout``)
-    at ``step`` (numbered from 1), with each completion's ``advantages`` entry when given."""
-    k = rollout.group_size
-    infos = getattr(rollout, "reward_infos", None) or {}
-    out = []
-    for i, c in enumerate(rollout.completions[: groups * k]):
-        g = i // k
-        out.append({
-            "step": step, "group": g, "sample": i % k, "prompt": decode(rollout.prompt_ids[g]),
-            "turns": turns(c.text, c.token_ids, c.mask, decode),
-            "rewards": {name: _number(values[i]) for name, values in rollout.reward_values.items()},
-            "reasons": {name: values[i] for name, values in infos.items() if values[i]},
-            "total": _number(rollout.rewards[i]),
-            "advantage": None if advantages is None else round(float(advantages[i]), 6),
-            "truncated": c.truncated,
-        })
     return out
 
 

@@ -117,7 +117,7 @@ class StopRequest:
 
     def agreed(self) -> bool:
         """Does any rank stop here? Every rank calls it at the same step and gets the same answer."""
-        from rlvr.runs.metrics import reduce_sums
+        from rlvr.models.distributed import reduce_sums
 
         return reduce_sums({"stop_requested": float(self.signum is not None)})["stop_requested"] > 0
 

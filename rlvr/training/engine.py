@@ -9,11 +9,13 @@ Run it with::
     rlvr train tasks/demo.yaml --set sampling.mode=server --set sampling.max_staleness=1  # sampler apart, ahead
 
 The parts, one job each: ``rlvr.training.rollout`` samples and scores this rank's prompts (groups never
-straddle ranks), ``rlvr.training.learner`` turns a rollout into one policy update (leave-one-out
-advantages inside each group; DeepSpeed averages gradients over ranks), ``rlvr.training.policy``
-builds the model and DeepSpeed, ``rlvr.sampling.samplers`` holds vLLM or transformers sampling and
-receives the new weights after every step, ``rlvr.runs.metrics`` reduces named sums over ranks,
-``rlvr.training.checkpoint`` saves and resumes, ``rlvr.runs.logs`` decides what the terminal shows;
+straddle ranks; through ``rlvr.rewards.scored``, as evaluation does), ``rlvr.training.learner`` turns a
+rollout into one policy update (leave-one-out advantages inside each group; DeepSpeed averages
+gradients over ranks) and returns what it did (``Update``), ``rlvr.training.policy`` builds the model
+and DeepSpeed, ``rlvr.sampling.samplers`` holds vLLM or transformers sampling and receives the new
+weights after every step, ``rlvr.training.report`` writes each step's row, line and samples,
+``rlvr.evaluation.held_out`` evaluates on the held-out split, ``rlvr.training.checkpoint`` saves and
+resumes, ``rlvr.runs.logs`` decides what the terminal shows;
 ``rlvr.sampling.server`` runs the sampler in processes of its own (``sampling.mode: server``) and
 ``rlvr.training.rollout.Pipeline`` lets it run ahead (``sampling.max_staleness``).
 
@@ -30,34 +32,30 @@ import random
 import socket
 import time
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rlvr import RlvrError
-from rlvr.kit import open_append, write_replacing
-from rlvr.evaluation.compare import counted, describe, paired_change, paired_sums, percent
-from rlvr.evaluation.evaluate import evaluate_with
+from rlvr.evaluation.compare import describe, percent
+from rlvr.evaluation.held_out import Evaluator
 from rlvr.host.registry import Registry
-from rlvr.kit.data import parse_json
+from rlvr.kit import write_replacing
 from rlvr.models.distributed import environment_scope, init_default_group, process_group_scope
 from rlvr.models.hub import load_tokenizer, resolve_model
 from rlvr.recipe.spec import Recipe
-from rlvr.rewards.runner import BoundReward, bind_rewards
+from rlvr.rewards.runner import bind_rewards
 from rlvr.runs.logs import RunOutput
-from rlvr.runs.metrics import (MetricsLog, StuckReward, UnscoredSteps, reduce_sums, rollout_sums, step_line,
-                               step_row)
-from rlvr.runs.samples import SamplesLog, sample_records
-from rlvr.runs.tracking import Trackers, check_trackers
+from rlvr.runs.tracking import check_trackers
 from rlvr.sampling.episodes import episode_runner
 from rlvr.sampling.prompts import PromptSet, load_prompt_set
 from rlvr.sampling.samplers import context_length, make_sampler, model_max_len, require_vllm, sampler_dtype
 from rlvr.sampling.server import connect_samplers, run_evaluates, run_lengths
 from rlvr.training.checkpoint import (TrainState, check_output_dir, drop_checkpoints, final_dtype, load_checkpoint,
-                                     save_checkpoint, save_final, stop_requests, write_json_atomic)
+                                     save_checkpoint, save_final, stop_requests)
 from rlvr.training.learner import Learner, is_correction_mode
 from rlvr.training.policy import bf16_hardware, build_policy, cpu_autocast, lr_multiplier, sync_weights, trainer_dtype
 from rlvr.training.pool import prompt_source
+from rlvr.training.report import StepReport
 from rlvr.training.rollout import Pipeline, RolloutProducer
 
 log = logging.getLogger("rlvr.training.engine")
@@ -89,73 +87,6 @@ def check_shapes(recipe: Recipe, world: int) -> None:
         )
 
 
-@dataclass
-class Evaluator:
-    """Held-out evaluation on the trainer's sampler; rank 0 appends to ``eval.jsonl``."""
-
-    recipe: Recipe
-    rewards: list[BoundReward]
-    sampler: Any
-    prompts: PromptSet
-    rank: int
-    world: int
-    output_dir: Path
-    pipeline: Pipeline  # the sampler must be idle and hold the newest weights first
-    episodes: Any = None  # the recipe's rlvr.sampling.episodes.EpisodeRunner, if it names an environment
-    first: list[float] | None = None  # this rank's per-problem pass rates in the "before" evaluation
-
-    def __call__(self, tag: str, step: int) -> dict:
-        self.pipeline.quiesce()
-        result, per_prompt = evaluate_with(self.recipe, self.rewards, self.sampler, self.prompts, rank=self.rank,
-                                           world=self.world, episodes=self.episodes)
-        rates = [p["pass_rate"] for p in per_prompt]
-        line = f"eval ({tag}, step {step}): accuracy {percent(result['accuracy'])} on {counted(result['n'], 'prompt')}"
-        if tag == "before":
-            self.first = rates
-            self._keep_first(per_prompt, rates)
-        elif self.first is not None:  # the same problems, one by one: beyond noise?
-            change = paired_change(reduce_sums(paired_sums(self.first, rates)))
-            result["change_from_before"] = change
-            line += f"; from before: {describe(change)}"
-        if self.rank == 0:
-            with open(open_append(self.output_dir / "eval.jsonl", "eval log"), "a", encoding="utf-8") as f:
-                f.write(json.dumps({"tag": tag, "step": step, **result}) + "\n")
-            log.info(line)
-        return result
-
-    def _settings(self) -> dict:
-        ev = self.recipe.eval
-        return {"problems": len(self.prompts.rows), "samples": max(ev.k), "temperature": ev.temperature,
-                "seed": ev.seed, "max_tokens": self.recipe.eval_tokens}
-
-    def _keep_first(self, per_prompt: list[dict], rates: list[float]) -> None:
-        """Each rank writes its problems' "before" pass rates (JSON, by problem index), so that a
-        resumed run, on any number of ranks, still pairs its evaluations with them."""
-        write_json_atomic(self.output_dir / f"eval_before.rank{self.rank}.json",
-                          {"settings": self._settings(), "rates": {str(p["index"]): r for p, r in zip(per_prompt, rates)}})
-
-    def kept_first(self) -> list[float] | None:
-        """For a resumed run: this rank's problems' "before" rates from the files ``_keep_first``
-        wrote, or None when they are missing, unreadable or were evaluated with other settings
-        (said in the log). Every rank reads the same files, so all ranks agree on whether to pair
-        (the pairing reduces over ranks)."""
-        kept: dict[str, float] = {}
-        for path in sorted(self.output_dir.glob("eval_before.rank*.json")):
-            try:
-                data = parse_json(path.read_text())
-            except (OSError, ValueError):
-                return None
-            if data.get("settings") != self._settings():
-                if self.rank == 0:
-                    log.info(f"{path.name} was evaluated with other eval settings: not paired with it")
-                return None
-            kept.update(data.get("rates", {}))
-        if len(kept) != len(self.prompts.rows):
-            return None
-        mine = [str(i) for i in range(self.rank, len(self.prompts.rows), self.world)]  # as evaluate_with splits them
-        return [kept[i] for i in mine] if all(i in kept for i in mine) else None
-
-
 def train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool = False,
           verbose: bool = False) -> dict[str, Any]:
     """Train ``recipe``; the summary. The run takes down all it set up in this process, however it
@@ -179,50 +110,21 @@ def _train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool, v
     # group (DeepSpeed's; vLLM's engine uses it too) destroyed: nothing is left to the exit.
     with (RunOutput(output_dir, rank=rank, verbose=verbose, total_steps=t.steps) as out, process_group_scope(world),
           ExitStack() as closing):
-        import torch
-
-        cuda = torch.cuda.is_available()
-        if not cuda:
-            os.environ.setdefault("DS_ACCELERATOR", "cpu")
-        import deepspeed
-        import torch.distributed as dist
-
-        init_default_group("nccl" if cuda else "gloo", rank, world)  # on loopback when the run keeps to this host
-        deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")  # adopts it
-        device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
-        if cuda:
-            torch.cuda.set_device(device)
-        if rank == 0:
-            resolve_model(recipe.model.name)  # pulls an alias once, before the other ranks look
-        dist.barrier()
-        model_path = resolve_model(recipe.model.name, pull=False)
-        random.seed(t.seed + rank)
-        torch.manual_seed(t.seed + rank)
+        device, model_path = _start_ranks(recipe, rank, world, local_rank)
+        cuda = device.type == "cuda"
         tokenizer = load_tokenizer(model_path, recipe.model.name)
-        train_set = load_prompt_set(recipe, registry, tokenizer, split="train")
-        evaluating = run_evaluates(recipe)
-        eval_set = load_prompt_set(recipe, registry, tokenizer, split="eval") if evaluating else None
-        for name, kept in (("train", train_set), ("eval", eval_set)):
-            if kept is not None and kept.dropped:
-                log.info(f"{name}: dropped {kept.dropped} prompts over data.max_prompt_tokens; {len(kept.rows)} kept")
-
+        train_set, eval_set = _prompt_sets(recipe, registry, tokenizer)
         backend, ref_model, zero_stage = build_policy(recipe, model_path, world=world, device=device, cuda=cuda)
         zero3, lora = zero_stage == 3, bool(recipe.model.lora)
-        bucket = s.sync_bucket_mb << 20  # weights gathered (ZeRO-3) and broadcast this much at a time
-        longest, new_tokens = run_lengths(recipe, train_set, eval_set)
-        eval_rows = len(eval_set.rows) if eval_set else 0  # the sampler's KV cache holds them (CPU)
-        if s.mode == "server" and s.backend == "vllm":
-            require_vllm()
-            sampler = connect_samplers(recipe, model_path, max_model_len=context_length(
-                longest, new_tokens, model_max_len(model_path)), seed=t.seed, rank=rank, world=world,
-                output_dir=output_dir, on_cpu=not cuda, eval_rows=eval_rows)
-        else:
-            sampler = make_sampler(
-                recipe, model_path, longest_prompt=longest, max_new_tokens=new_tokens, seed=t.seed + rank,
-                world=world, eval_rows=eval_rows, get_model=lambda: backend.module, tokenizer=tokenizer,
-                synced=zero3 and world > 1)
+        sampler = _sampler(recipe, model_path, train_set, eval_set, rank=rank, world=world, cuda=cuda,
+                           output_dir=output_dir, get_model=lambda: backend.module, tokenizer=tokenizer,
+                           synced=zero3 and world > 1)
         # vLLM's shutdown may tear down the default process group: nothing collective after it
         closing.callback(sampler.close)
+
+        def sync() -> float:  # weights gathered (ZeRO-3) and broadcast sync_bucket_mb at a time
+            return sync_weights(backend.module, sampler, lora=lora, zero3=zero3, bucket_bytes=s.sync_bucket_mb << 20)
+
         state, position = TrainState(), 0
         report = StepReport(recipe, world, rank, out, tokenizer, trackers)
         closing.callback(report.trackers.close)
@@ -231,21 +133,18 @@ def _train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool, v
             report.truncate_to(state.step)
             log.info(f"resumed at step {state.step}")
         if resume or (s.mode == "server" and s.server.urls):
-            # a running sampler named in urls may hold another run's weights: never trust it
-            sync_weights(backend.module, sampler, lora=lora, zero3=zero3, bucket_bytes=bucket)
+            sync()  # a running sampler named in urls may hold another run's weights: never trust it
         stream = prompt_source(recipe, len(train_set.rows), rank, world, position, state.pool)  # data.pool or not
         is_mode, want_logprobs = _importance_sampling(recipe, cuda)
         episodes = episode_runner(recipe, registry, tokenizer, model_path)
         producer = RolloutProducer(sampler, rewards, train_set, stream, groups=recipe.prompts_per_step // world,
                                    sampling=s, dynamic_sampling=algo.dynamic_sampling, seed=t.seed, rank=rank,
                                    logprobs=want_logprobs, episodes=episodes)
-        pipeline = Pipeline(producer, lambda: sync_weights(backend.module, sampler, lora=lora, zero3=zero3,
-                                                           bucket_bytes=bucket),
-                            max_staleness=s.max_staleness, total_steps=t.steps, version=state.step)
+        pipeline = Pipeline(producer, sync, max_staleness=s.max_staleness, total_steps=t.steps, version=state.step)
         closing.callback(pipeline.close)  # its generation drawn ahead stops before the sampler closes
-        pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        learner = _learner(recipe, backend, ref_model=ref_model, is_mode=is_mode, pad_id=pad_id, device=device)
-        evaluate = Evaluator(recipe, rewards, sampler, eval_set, rank, world, output_dir, pipeline,
+        learner = _learner(recipe, backend, ref_model=ref_model, is_mode=is_mode, pad_id=_pad_id(tokenizer),
+                           device=device)
+        evaluate = Evaluator(recipe, rewards, sampler, eval_set, rank, world, output_dir, pipeline.quiesce,
                              episodes) if eval_set else None
         if evaluate and resume:  # its evaluations are paired with the one before training, if kept
             evaluate.first = evaluate.kept_first()
@@ -267,8 +166,7 @@ def _train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool, v
             times = {"generate": rollout.time_generate, "score": rollout.time_score, "train": train_time,
                      **({"env": rollout.time_env} if rollout.episodes is not None else {}),
                      **pipeline.times, "step": time.perf_counter() - step_start}
-            report(step, rollout, update, times, lr=backend.lr,  # the rate the optimizer really used
-                   advantages=learner.last_advantages)
+            report(step, rollout, update, times, lr=backend.lr)  # the rate the optimizer really used
             stopping = stop.agreed()  # by every rank, at the same step
             if state.step % t.save_every == 0 or state.step == t.steps or stopping:
                 save_checkpoint(backend.engine, ckpt_dir, state, rank=rank, data_position=rollout.stream_position,
@@ -285,52 +183,75 @@ def _train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool, v
             summary["eval_after"] = evaluate("after", state.step)
         save_final(backend.engine, tokenizer, output_dir / "final", rank=rank, zero3=zero3, lora=lora,
                    dtype=final_dtype(t.final_dtype, model_path))
-        if rank == 0:
-            _write_summary(summary, output_dir)
-        dist.barrier()
-        if rank == 0 and t.final_checkpoint == "none":
-            drop_checkpoints(ckpt_dir)
+        _finish(summary, output_dir, rank=rank, drop=t.final_checkpoint == "none")
         return summary
 
 
-class StepReport:
-    """What a step leaves: its row in ``metrics.jsonl`` (and TensorBoard), its line on the
-    console, the stuck-reward warning, one line on what the rewards could not score (``RlvrError``
-    after ``trainer.max_unscored_steps`` steps that scored nothing), and every
-    ``trainer.samples_every`` steps its samples."""
+def _start_ranks(recipe: Recipe, rank: int, world: int, local_rank: int):
+    """This rank joined to the others (DeepSpeed on the default group), on its device, with the
+    model pulled once and the run's seeds set: (device, the model's folder)."""
+    import torch
 
-    def __init__(self, recipe: Recipe, world: int, rank: int, out: RunOutput, tokenizer, trackers: list[str]):
-        """``trackers``: the names ``check_trackers`` gave for ``trainer.report_to``."""
-        t, folder = recipe.trainer, out.path.parent
-        self.recipe, self.world, self.out, self.decode = recipe, world, out, tokenizer.decode
-        self.metrics = MetricsLog(folder / "metrics.jsonl", enabled=rank == 0)
-        self.samples = SamplesLog(folder / "samples.jsonl", every=t.samples_every, groups=t.samples_groups,
-                                  enabled=rank == 0, last=t.steps)
-        self.stuck = StuckReward(t.stuck_reward_steps, recipe.task_reward, enabled=rank == 0)
-        self.unscored = UnscoredSteps(t.max_unscored_steps)
-        self.weighted = [name for name, entry in recipe.rewards.items() if entry.weight != 0]
-        self.trackers = Trackers(trackers, output_dir=folder, project=recipe.name,
-                                 config=recipe.model_dump(mode="json"), enabled=rank == 0)
+    cuda = torch.cuda.is_available()
+    if not cuda:
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import deepspeed
+    import torch.distributed as dist
 
-    def truncate_to(self, done: int) -> None:
-        """A run resumed after ``done`` steps redoes the ones after it."""
-        self.metrics.truncate_to(done)
-        self.samples.truncate_to(done)
+    init_default_group("nccl" if cuda else "gloo", rank, world)  # on loopback when the run keeps to this host
+    deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")  # adopts it
+    device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    if rank == 0:
+        resolve_model(recipe.model.name)  # pulls an alias once, before the other ranks look
+    dist.barrier()
+    model_path = resolve_model(recipe.model.name, pull=False)
+    random.seed(recipe.trainer.seed + rank)
+    torch.manual_seed(recipe.trainer.seed + rank)
+    return device, model_path
 
-    def __call__(self, step: int, rollout, update: dict, times: dict, *, lr: float, advantages) -> None:
-        """``step``: the loop's index (from 0); every record numbers it from 1."""
-        grad_norm = update.pop("grad_norm")
-        task = (self.recipe.task_reward, self.recipe.eval.pass_threshold)
-        sums = reduce_sums({**rollout_sums(rollout, task), **update})
-        row = step_row(step + 1, sums, world=self.world, reward_names=rollout.reward_names, times=times, lr=lr,
-                       grad_norm=grad_norm, staleness=step - rollout.policy_version)
-        self.metrics.write(row)
-        self.trackers.log(row)
-        self.out.step(step_line(row, self.recipe.trainer.steps))
-        self.stuck.update(row, rollout.completions)
-        if self.samples.due(step + 1):
-            self.samples.write(sample_records(step + 1, rollout, advantages, self.decode, self.samples.groups))
-        self.unscored.update(step + 1, sums["reward_n"], rollout.unscored.line(), rollout.unscored.line(self.weighted))
+
+def _prompt_sets(recipe: Recipe, registry: Registry, tokenizer) -> tuple[PromptSet, PromptSet | None]:
+    """The train prompts, and the eval prompts when the run evaluates (what was dropped, logged)."""
+    train_set = load_prompt_set(recipe, registry, tokenizer, split="train")
+    eval_set = load_prompt_set(recipe, registry, tokenizer, split="eval") if run_evaluates(recipe) else None
+    for name, kept in (("train", train_set), ("eval", eval_set)):
+        if kept is not None and kept.dropped:
+            log.info(f"{name}: dropped {kept.dropped} prompts over data.max_prompt_tokens; {len(kept.rows)} kept")
+    return train_set, eval_set
+
+
+def _sampler(recipe: Recipe, model_path: str, train_set: PromptSet, eval_set: PromptSet | None, *, rank: int,
+             world: int, cuda: bool, output_dir: Path, get_model, tokenizer, synced: bool):
+    """The run's sampler: vLLM servers in server mode, else one in this process (vLLM's or the
+    trainer's own module through transformers)."""
+    s, seed = recipe.sampling, recipe.trainer.seed
+    longest, new_tokens = run_lengths(recipe, train_set, eval_set)
+    eval_rows = len(eval_set.rows) if eval_set else 0  # the sampler's KV cache holds them (CPU)
+    if s.mode == "server" and s.backend == "vllm":
+        require_vllm()
+        return connect_samplers(recipe, model_path, max_model_len=context_length(
+            longest, new_tokens, model_max_len(model_path)), seed=seed, rank=rank, world=world,
+            output_dir=output_dir, on_cpu=not cuda, eval_rows=eval_rows)
+    return make_sampler(recipe, model_path, longest_prompt=longest, max_new_tokens=new_tokens, seed=seed + rank,
+                        world=world, eval_rows=eval_rows, get_model=get_model, tokenizer=tokenizer, synced=synced)
+
+
+def _pad_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+
+
+def _finish(summary: dict, output_dir: Path, *, rank: int, drop: bool) -> None:
+    """After the final model is saved: the summary (rank 0) once every rank is done, and the
+    checkpoints dropped when ``drop`` (``trainer.final_checkpoint: none``)."""
+    import torch.distributed as dist
+
+    if rank == 0:
+        _write_summary(summary, output_dir)
+    dist.barrier()
+    if rank == 0 and drop:
+        drop_checkpoints(output_dir / "checkpoints")
 
 
 # What one more micro-batch costs, in tokens through the model (per-call work that does not grow

@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any, Callable, Protocol, Sequence
 
 import torch
 
+from rlvr.models.distributed import add_sums, reduce_sums
 from rlvr.recipe.loss_variants import POLICY_LOSSES
-from rlvr.runs.metrics import add_sums, reduce_sums
 from rlvr.training.algo import rloo_advantages, shortest_correct_penalty
 from rlvr.training.forward import completion_hidden, completion_logits, micro_batch_cost, output_head, plan_micro_batches
 from rlvr.training.losses import (aggregate, head_logprobs, importance_weights, kl_estimate, surrogate_loss,
@@ -95,6 +96,15 @@ def loss_bounds(algorithm) -> tuple | None:
 def sequence_weights(keep: Sequence[bool], truncated: Sequence[bool], mask_truncated: bool) -> list[float]:
     """1.0 for sequences the loss counts: a baseline exists, and not truncated when masked."""
     return [float(k and not (mask_truncated and t)) for k, t in zip(keep, truncated)]
+
+
+@dataclass
+class Update:
+    """What one update did, as the step's report needs it."""
+
+    sums: dict[str, float]  # this rank's sums (loss, kl, entropy, clip_*, tokens, groups, ...), by name
+    grad_norm: float  # the last optimizer step's gradient norm (0.0 when no step was taken)
+    advantages: list[float]  # per sequence of the rollout: what the samples written beside the metrics show
 
 
 class Learner:
@@ -208,11 +218,11 @@ class Learner:
             real += sum(prompt_lens[i] for i in prompts) + sum(completion_lens[i] for i in idx)
         return {"forward_tokens": float(through), "real_tokens": float(real)}
 
-    def update(self, rollout: Rollout, lr: float) -> dict[str, float]:
-        """Train on one rollout; returns sums over this rank's tokens (loss, kl, entropy,
-        clip_low, clip_high (in the last epoch), tokens; ``is_*`` and ``mismatch_k3`` when the completions carry the
-        sampler's log-probs), group counts, what was skipped and padded, and the last step's
-        grad norm.
+    def update(self, rollout: Rollout, lr: float) -> Update:
+        """Train on one rollout; returns the ``Update``: sums over this rank's tokens (loss, kl,
+        entropy, clip_low, clip_high (in the last epoch), tokens; ``is_*`` and ``mismatch_k3`` when
+        the completions carry the sampler's log-probs), group counts, what was skipped and padded;
+        the last step's grad norm; each sequence's advantage.
 
         A sequence whose advantage is exactly 0 (or whose weight is 0) adds exactly 0 to the loss
         and to the gradient when the loss has no other term, whichever ``algorithm.policy_loss`` (ppo,
@@ -238,7 +248,6 @@ class Learner:
                                        old, ref, want_old=True, want_ref=True)
             rewards = [None if r is None else r - kl.beta * v for r, v in zip(rewards, kl_seq)]
         advantages, keep, groups = rloo_advantages(rewards, k, algo.normalize_advantages)
-        self.last_advantages = advantages  # what the samples written beside the metrics show
         weights = sequence_weights(keep, rollout.truncated, algo.mask_truncated)
         skip = self.skip_zero_advantage and not kl_in_loss
         trained = [i for i in range(n) if not skip or (weights[i] != 0.0 and advantages[i] != 0.0)]
@@ -308,10 +317,11 @@ class Learner:
                     stats["clip_high"] += float((c_high.float() * mask).sum())
             grad_norm = self.backend.step()  # one optimizer step per epoch over the batch
         forward = self._forward_tokens(plan, prompt_lens, rollout.lengths, [i // k for i in range(n)])
-        return {**stats, "grad_norm": grad_norm, "optimizer_steps": float(epochs), "groups": groups.groups, "zero_variance": groups.zero_variance,
+        sums = {**stats, "optimizer_steps": float(epochs), "groups": groups.groups, "zero_variance": groups.zero_variance,
                 "too_few_scorable": groups.too_few_scorable, "unscorable": groups.unscorable,
                 "skipped_seqs": float(n - len(trained)), "skip_blocked_by_kl": float(kl_in_loss and self.skip_zero_advantage),
                 **forward}
+        return Update(sums, grad_norm, advantages)
 
 
 def _stack(per_seq: dict[int, torch.Tensor], idx: Sequence[int], like: torch.Tensor) -> torch.Tensor:

@@ -1,8 +1,9 @@
 """Rollouts: prompt rows in, scored completions out.
 
-``RolloutProducer.produce(step)`` takes this rank's prompts from its shard of the prompt
-stream, samples K completions for each, scores them with the recipe's rewards and returns a
-``Rollout`` ready for the update. With dynamic sampling (DAPO) groups whose rewards are all
+``RolloutProducer.produce(step, version)`` takes this rank's prompts from its shard of the prompt
+stream, samples K completions for each and scores them with the recipe's rewards
+(``rlvr.rewards.scored.sample_and_score``, the path evaluation takes too), and returns a
+``Rollout`` ready for the update, stamped with the policy version that sampled it. With dynamic sampling (DAPO) groups whose rewards are all
 equal are sampled again, from fresh prompts of the same shard, up to ``max_rounds``. The stream
 may be a ``rlvr.training.pool.PromptPool`` (``data.pool``): it is told every group's rewards, the
 groups sampled again included, and skips the prompts it retired.
@@ -15,10 +16,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Sequence
 
-from rlvr.rewards.runner import BoundReward, Unscored, score_batch
-from rlvr.runs.metrics import add_sums
-from rlvr.sampling.episodes import unscore_failed
-from rlvr.sampling.prompts import PromptSet, with_prefix
+from rlvr.models.distributed import add_sums
+from rlvr.rewards.runner import BoundReward, Unscored
+from rlvr.rewards.scored import Group, sample_and_score
+from rlvr.sampling.prompts import PromptSet
 from rlvr.sampling.samplers import Completion, Sampler
 
 
@@ -110,20 +111,10 @@ class RolloutProducer:
         self.groups, self.sampling, self.dynamic, self.seed, self.rank = groups, sampling, dynamic_sampling, seed, rank
         self.logprobs, self.episodes = logprobs, episodes
 
-    def _sample(self, wanted: list[int], k: int, seed: int):
-        """(completions grouped by prompt, rows for the rewards, episode sums or None)."""
-        prompts = [self.prompts.prompts[i] for i in wanted]
-        prompt_ids = [p.ids for p in prompts]
-        rows = [self.prompts.rows[i] for i in wanted]
-        options = dict(n=k, temperature=self.sampling.temperature, top_p=self.sampling.top_p,
-                       max_tokens=self.sampling.max_tokens, seed=seed, logprobs=self.logprobs)
-        if self.episodes is None:
-            return with_prefix(self.sampler.generate(prompt_ids, **options), prompts), [r for r in rows for _ in range(k)], None
-        return self.episodes.sample(self.sampler, rows, prompt_ids, **options)
-
-    def produce(self, step: int) -> Rollout:
+    def produce(self, step: int, version: int = 0) -> Rollout:
+        """This rank's rollout of ``step``, sampled with weights ``version`` optimizer steps old."""
         k = self.sampling.num_generations
-        kept: list[tuple[int, list[Completion], list[float | None], dict[str, list], dict[str, list]]] = []
+        kept: list[tuple[int, Group]] = []
         errors = rounds = 0
         unscored = Unscored()
         t_gen = t_score = 0.0
@@ -133,38 +124,35 @@ class RolloutProducer:
         while wanted:
             rounds += 1
             last_round = not self.dynamic.enabled or rounds >= self.dynamic.max_rounds
-            t0 = time.perf_counter()
-            outs, rows, sums = self._sample(wanted, k, self.seed * 1_000_003 + step * 1_009 + rounds * 101 + self.rank)
-            t1 = time.perf_counter()
-            flat = [c for group in outs for c in group]
-            scored = score_batch(
-                self.rewards, [self.prompts.prompts[i] for i in wanted for _ in range(k)],
-                [c.text for c in flat], [c.token_ids for c in flat], rows)
-            t_gen, t_score = t_gen + t1 - t0, t_score + time.perf_counter() - t1
-            errors += sum(scored.errors.values())
-            if sums is not None:
-                unscore_failed(scored, rows)
-                episodes = add_sums(episodes, sums)
-            unscored.add(scored.unscored())
-            for g, index in enumerate(wanted):
-                part = slice(g * k, (g + 1) * k)
+            batch = sample_and_score(
+                self.sampler, self.rewards, [self.prompts.prompts[i] for i in wanted],
+                [self.prompts.rows[i] for i in wanted], n=k, episodes=self.episodes,
+                temperature=self.sampling.temperature, top_p=self.sampling.top_p,
+                max_tokens=self.sampling.max_tokens, seed=self.seed * 1_000_003 + step * 1_009 + rounds * 101 + self.rank,
+                logprobs=self.logprobs)
+            t_gen, t_score = t_gen + batch.time_generate, t_score + batch.time_score
+            errors += sum(batch.scores.errors.values())
+            if batch.episodes is not None:
+                episodes = add_sums(episodes, batch.episodes)
+            unscored.add(batch.scores.unscored())
+            for index, group in zip(wanted, batch.groups()):
                 if record is not None:
-                    record(index, scored.total[part])
-                if not last_round and zero_variance(scored.total[part]):
+                    record(index, group.total)
+                if not last_round and zero_variance(group.total):
                     continue
-                kept.append((index, flat[part], scored.total[part], {n: scored.values[n][part] for n in scored.names},
-                             {n: scored.infos[n][part] for n in scored.names}))
+                kept.append((index, group))
             wanted = [] if last_round else self.stream.take(self.groups - len(kept))
         names = [r.name for r in self.rewards]
+        groups = [group for _, group in kept]
         return Rollout(
             group_size=k,
-            prompt_ids=[self.prompts.prompts[index].ids for index, *_ in kept],
-            completions=[c for _, cs, *_ in kept for c in cs],
-            rewards=[r for _, _, rs, *_ in kept for r in rs],
-            reward_values={n: [v for *_, vals, _ in kept for v in vals[n]] for n in names},
-            reward_infos={n: [x for *_, infos in kept for x in infos[n]] for n in names},
+            prompt_ids=[self.prompts.prompts[index].ids for index, _ in kept],
+            completions=[c for g in groups for c in g.completions],
+            rewards=[r for g in groups for r in g.total],
+            reward_values={n: [v for g in groups for v in g.values[n]] for n in names},
+            reward_infos={n: [x for g in groups for x in g.infos[n]] for n in names},
             reward_errors=errors, unscored=unscored, rounds=rounds, time_generate=t_gen, time_score=t_score,
-            stream_position=self.stream.position, episodes=episodes,
+            policy_version=version, stream_position=self.stream.position, episodes=episodes,
             time_env=episodes.pop("time_env", 0.0) if episodes else 0.0,
             pool=self.stream.figures() if record else None, pool_state=self.stream.state() if record else None,
         )
@@ -203,8 +191,7 @@ class Pipeline:
         """The rollout the trainer trains on at ``step``."""
         self.times = {"wait_samples": 0.0, "wait_weights": 0.0, "sync": 0.0}
         if self._pool is None:
-            rollout = self.producer.produce(step)
-            rollout.policy_version = self.sampler_version
+            rollout = self.producer.produce(step, self.sampler_version)
             self.times["wait_samples"] = rollout.time_generate + rollout.time_score
             return rollout
         if self.pending is None or self.pending[0] != step:
@@ -254,9 +241,7 @@ class Pipeline:
 
         def draw() -> Rollout:
             try:
-                rollout = self.producer.produce(step)
-                rollout.policy_version = version
-                return rollout
+                return self.producer.produce(step, version)
             finally:
                 self.finished_at = time.perf_counter()
 
