@@ -18,6 +18,7 @@ from rlvr.evaluation.compare import counted, percent
 from rlvr.host.registry import Registry
 from rlvr.kit import write_replacing
 from rlvr.models.distributed import process_group_scope, reduce_sums
+from rlvr.recipe.sampler_backends import SAMPLER_BACKENDS
 from rlvr.recipe.spec import Recipe
 from rlvr.rewards.runner import BoundReward, bind_rewards
 from rlvr.rewards.scored import sample_and_score
@@ -155,7 +156,7 @@ def _load_and_evaluate(recipe: Recipe, registry: Registry, keep_samples: bool,
     tokenizer = load_tokenizer(model_path, recipe.model.name)
     eval_set = load_prompt_set(recipe, registry, tokenizer, split="eval")
     model = None
-    if recipe.sampling.backend == "hf":
+    if SAMPLER_BACKENDS[recipe.sampling.backend].live:  # it samples from a model object: this one
         from transformers import AutoModelForCausalLM
 
         model = AutoModelForCausalLM.from_pretrained(model_path, use_safetensors=True)

@@ -42,13 +42,14 @@ from rlvr.host.registry import Registry
 from rlvr.kit import write_replacing
 from rlvr.models.distributed import environment_scope, init_default_group, process_group_scope
 from rlvr.models.hub import load_tokenizer, resolve_model
+from rlvr.recipe.sampler_backends import SAMPLER_BACKENDS
 from rlvr.recipe.spec import Recipe
 from rlvr.rewards.runner import bind_rewards
 from rlvr.runs.logs import RunOutput
 from rlvr.runs.tracking import check_trackers
 from rlvr.sampling.episodes import episode_runner
 from rlvr.sampling.prompts import PromptSet, load_prompt_set
-from rlvr.sampling.samplers import context_length, make_sampler, model_max_len, require_vllm, sampler_dtype
+from rlvr.sampling.samplers import backend_dtype, context_length, make_sampler, model_max_len, require_vllm
 from rlvr.sampling.server import connect_samplers, run_evaluates, run_lengths
 from rlvr.training.checkpoint import (TrainState, check_output_dir, drop_checkpoints, final_dtype, load_checkpoint,
                                      save_checkpoint, save_final, stop_requests)
@@ -229,7 +230,7 @@ def _sampler(recipe: Recipe, model_path: str, train_set: PromptSet, eval_set: Pr
     s, seed = recipe.sampling, recipe.trainer.seed
     longest, new_tokens = run_lengths(recipe, train_set, eval_set)
     eval_rows = len(eval_set.rows) if eval_set else 0  # the sampler's KV cache holds them (CPU)
-    if s.mode == "server" and s.backend == "vllm":
+    if s.mode == "server" and SAMPLER_BACKENDS[s.backend].serves:
         require_vllm()
         return connect_samplers(recipe, model_path, max_model_len=context_length(
             longest, new_tokens, model_max_len(model_path)), seed=seed, rank=rank, world=world,
@@ -275,17 +276,15 @@ def _learner(recipe: Recipe, backend, *, ref_model, is_mode: str, pad_id: int, d
 
 
 def _importance_sampling(recipe: Recipe, cuda: bool) -> tuple[str, bool]:
-    """(correction mode, whether to ask the sampler for log-probs). The HF sampler is the
-    trainer's own module; vLLM's log-probs cost nothing extra, so they are always taken there and
-    the sampler-trainer mismatch is measured whatever the mode. The HF sampler generates with the
-    module's weights: bfloat16 ones under DeepSpeed's bf16 on a GPU, float32 on CPU (where a
-    bfloat16 trainer is autocast over them)."""
+    """(correction mode, whether to ask the sampler for log-probs). Where a backend's log-probs
+    cost nothing extra (vLLM's) they are always taken, and the sampler-trainer mismatch is
+    measured whatever the mode; the sampler's dtype follows its backend's rule (``backend_dtype``)."""
     s = recipe.sampling
     trainer = trainer_dtype(recipe.model.dtype, bf16_hardware(cuda))
-    sampler = (trainer if cuda else "float32") if s.backend == "hf" else sampler_dtype(s.dtype, on_cpu=not cuda)
+    sampler = backend_dtype(recipe, trainer_dtype=trainer, cuda=cuda)
     mode = is_correction_mode(recipe.algorithm.is_correction.mode, sampler_dtype=sampler, trainer_dtype=trainer,
                               max_staleness=s.max_staleness)
-    return mode, mode != "none" or s.backend == "vllm"
+    return mode, mode != "none" or SAMPLER_BACKENDS[s.backend].free_logprobs
 
 
 def _write_summary(summary: dict, output_dir: Path) -> None:
