@@ -49,7 +49,7 @@ $(TA_STAMP): examples/rlvr-textarena/pyproject.toml $(STAMP)
 	touch $(TA_STAMP)
 
 # Math-Verify 0.9.0's own test suite (the tests/ of its source distribution), which
-# tests/test_math_conformance.py runs through the math reward: fetched once (PyPI is
+# tests/test_plugins_math_conformance.py runs through the math reward: fetched once (PyPI is
 # reachable here, not in the tests), checked against its sha256, unpacked into the venv.
 MV_SUITE := $(VENV)/math-verify-0.9.0
 MV_SUITE_SHA256 := 45ac6c61344ba056b9e99a660a4bc8d044ed408f730aed68c60435aa5eec4645
@@ -61,9 +61,9 @@ $(MV_SUITE)/.fetched: | $(STAMP)
 	tar -xzf $(MV_SUITE)/math_verify-0.9.0.tar.gz -C $(MV_SUITE) --strip-components=1
 	touch $@
 
-# TRL, the oracle for reward functions written for it (tests/test_trl_rewards.py) and the
+# TRL, the oracle for reward functions written for it (tests/test_rewards_trl.py) and the
 # benchmarks' baseline; trackio, the local-first tracker trainer.report_to is tested with,
-# offline (tests/test_tracking.py): pinned, installed once.
+# offline (tests/test_runs_tracking.py): pinned, installed once.
 TRL_STAMP := $(VENV)/.rlvr-trl-installed
 $(TRL_STAMP): $(STAMP)
 	$(PIP) install -q trl==1.16.0 trackio==0.43.0

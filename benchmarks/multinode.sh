@@ -160,7 +160,7 @@ tok.save_pretrained(folder)
 EOF
 fi
 
-# tests/test_engine.py's RECIPE with the built-in math reward (tasks/demo.yaml's) instead of a
+# tests/test_training_engine.py's RECIPE with the built-in math reward (tasks/demo.yaml's) instead of a
 # test plugin: 4 prompts x 4 samples a step, 8 completions per rank. A random-init model scores 0
 # on every sample (no advantage, no gradient from the reward), so the KL term is k1 in the loss:
 # its gradient is not 0 even where the policy equals the reference, so step 0 changes the weights

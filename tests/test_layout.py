@@ -225,7 +225,7 @@ def private_names_used(path: Path, name: str, known: set[str]) -> list[str]:
 
 def test_no_private_name_crosses_modules():
     """What one module uses of another is its public API, in the whole tree as in the sandbox
-    (tests/test_sandbox_layout.py): a name another module needs is public, without the underscore."""
+    (tests/test_plugins_sandbox_layout.py): a name another module needs is public, without the underscore."""
     modules = tree_modules()
     known = set(modules.values())
     assert {"rlvr", "rlvr.cli.common", "rlvr_plugins.math.parse", "rlvr_countdown"} <= known

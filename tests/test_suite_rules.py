@@ -166,13 +166,13 @@ def test_make_test_runs_under_no_skips_and_conftest_loads_the_rule(request):
 
 # Each test that skips where what it needs is missing: make test provides it, so there it fails.
 NEEDS_MAKE_TEST = {
-    "tests/test_code_reward.py::test_humaneval_canonical_solutions_pass_and_stub_bodies_fail": "data",
-    "tests/test_math_reward.py::test_math500_solutions_match_their_answers": "data",
-    "tests/test_math_reward.py::test_gsm8k_gold_solutions": "data",
-    "tests/test_trl_rewards.py::test_trl_builtins_score_as_under_trl": "trl",
-    "tests/test_trl_rewards.py::test_a_recipe_names_a_trl_reward_by_module_and_function": "trl",
-    "tests/test_recipe_imports.py::test_the_documented_trl_rewards_and_plugin_packages_are_allowed": "trl",
-    "tests/test_tracking.py::test_trackio_offline_gets_each_row_at_its_step": "trackio",
+    "tests/test_plugins_code_reward.py::test_humaneval_canonical_solutions_pass_and_stub_bodies_fail": "data",
+    "tests/test_plugins_math_reward.py::test_math500_solutions_match_their_answers": "data",
+    "tests/test_plugins_math_reward.py::test_gsm8k_gold_solutions": "data",
+    "tests/test_rewards_trl.py::test_trl_builtins_score_as_under_trl": "trl",
+    "tests/test_rewards_trl.py::test_a_recipe_names_a_trl_reward_by_module_and_function": "trl",
+    "tests/test_host_imports.py::test_the_documented_trl_rewards_and_plugin_packages_are_allowed": "trl",
+    "tests/test_runs_tracking.py::test_trackio_offline_gets_each_row_at_its_step": "trackio",
 }
 
 
@@ -226,8 +226,8 @@ def test_no_test_module_imports_another_or_conftest():
 
 
 def test_the_import_check_can_fail():
-    source = "import os\ndef f():\n    from test_engine import make_run\n    import conftest\nfrom helpers import RLVR\n"
-    assert imported_test_modules(source) == {"test_engine", "conftest"}
+    source = "import os\ndef f():\n    from test_training_engine import make_run\n    import conftest\nfrom helpers import RLVR\n"
+    assert imported_test_modules(source) == {"test_training_engine", "conftest"}
 
 
 # ------------------------------------------------------------------------------------------ doctests

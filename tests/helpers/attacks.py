@@ -1,6 +1,6 @@
 """Hostile programs against the sandbox, and the check that one left nothing behind: the attacks
-of tests/test_sandbox.py, which tests/test_python_env.py sends again as tool calls and
-tests/test_sandbox_hostile_signals.py reuses. Each program is a module constant or a builder; a
+of tests/test_plugins_sandbox.py, which tests/test_plugins_python_env.py sends again as tool calls and
+tests/test_plugins_sandbox_signals.py reuses. Each program is a module constant or a builder; a
 program defines ``f(x)`` where the tests ask for it, and never computes the right answers, so any
 pass would be a faked verdict."""
 

@@ -1,5 +1,5 @@
-"""The smallest valid recipe, which tests override field by field (tests/test_recipe.py,
-test_server_options.py, test_loss_variants.py)."""
+"""The smallest valid recipe, which tests override field by field (tests/test_recipe_load.py,
+test_sampling_server_options.py, test_training_loss_variants.py)."""
 
 BASE = """
 name: t

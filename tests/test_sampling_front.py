@@ -1,5 +1,5 @@
 """The sampler's front door (rlvr.sampling.front) against a stand-in for vLLM on a Unix socket: what
-strangers get, what reaches vLLM, how many connections it holds. No vLLM here: tests/test_server.py
+strangers get, what reaches vLLM, how many connections it holds. No vLLM here: tests/test_sampling_server.py
 runs the front before a real one, with the owner training through it while strangers attack."""
 
 import asyncio

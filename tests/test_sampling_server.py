@@ -43,7 +43,7 @@ def _server_pid(out) -> int:
     raise AssertionError(f"no sampler among {pids}")
 
 
-@pytest.mark.parametrize("fault", ["kill"])  # a hang's deadline: tests/test_server_options.py, no vLLM
+@pytest.mark.parametrize("fault", ["kill"])  # a hang's deadline: tests/test_sampling_server_options.py, no vLLM
 def test_sampler_that_dies_or_hangs_stops_the_run_with_one_line(tmp_path, tiny_model, test_plugin, fault):
     recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm", steps=50)
     out = tmp_path / "run"

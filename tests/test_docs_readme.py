@@ -20,7 +20,7 @@ def test_every_readme_recipe_validates(tmp_path):
 
 def readme_plugin() -> str:
     """The README's plugin example: its rlvr_exact/__init__.py (its packaging, docs/hooks.md's, is
-    built by tests/test_hooks_docs.py)."""
+    built by tests/test_docs_hooks.py)."""
     return next(b for b in fenced_blocks(ROOT / "README.md", "python") if b.startswith("# rlvr_exact/__init__.py"))
 
 

@@ -404,7 +404,7 @@ def test_training_on_episodes(tmp_path, tiny_model, test_plugin, backend):
 def test_training_with_the_python_environment(tmp_path, tiny_model, test_plugin):
     """Two steps of `rlvr train` with the built-in python tool (a random model writes no code:
     its episodes end at its first turn; the tool itself is exercised above and in
-    tests/test_python_env.py)."""
+    tests/test_plugins_python_env.py)."""
     from helpers.runs import make_run, train_two_steps
 
     recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="hf")

@@ -135,7 +135,7 @@ SKIP_CASES = {
     "kl_in_reward_ppo2": {"kl": {"beta": 0.1, "estimator": "k3", "target": "reward"}, "ppo_epochs": 2,
                           "mask_truncated": True},
     "group_std_mask_truncated": {"normalize_advantages": "group_std", "mask_truncated": True},
-    # The policy-loss variants (tests/test_loss_variants.py): in the second epoch the bounds bite.
+    # The policy-loss variants (tests/test_training_loss_variants.py): in the second epoch the bounds bite.
     # GSPO: of the two trained sequences, the one of A < 0 is clipped (its ratio s is 0.44 to 0.84,
     # with tis 0.92 to 0.995, depending on the aggregation), the one of A > 0 is not (s 1.26 to
     # 2.29; with tis 1.009 to 1.14). CISPO: the weights of some tokens are clipped.

@@ -1,5 +1,5 @@
 """The ``python`` environment: its turn handling, its cells in the real sandbox, and the hostile
-programs of test_sandbox.py sent as tool calls (each gets a reply within its deadline, nothing
+programs of test_plugins_sandbox.py sent as tool calls (each gets a reply within its deadline, nothing
 escapes or stays behind, and the next cell of the same episode still runs)."""
 
 from __future__ import annotations

@@ -392,7 +392,7 @@ def test_score_output_stream_targets_are_written_not_replaced(plugged, tmp_path)
 
 @pytest.mark.slow
 def test_score_refuses_a_symlink_and_keeps_modes(plugged, plugin_env, tmp_path):
-    """A symlink is never written through (tests/test_output_links.py: one another user planted).
+    """A symlink is never written through (tests/test_kit_files.py: one another user planted).
     A replaced file keeps its mode; a new one follows the umask."""
     src = write_records(tmp_path / "in.jsonl", 2)
     target = tmp_path / "target.jsonl"

@@ -57,12 +57,12 @@ def test_rows_have_mbpp_columns_and_three_distinct_asserts():
 @pytest.mark.slow
 def test_split_is_held_out_and_deterministic():
     train = {r["text"] for r in pyfunc("train", data_dir=HERE, size=3000)}
-    test_rows = list(pyfunc("test", data_dir=HERE, size=10_000))
-    test = [r["text"] for r in test_rows]
+    test_recipe_rows = list(pyfunc("test", data_dir=HERE, size=10_000))
+    test = [r["text"] for r in test_recipe_rows]
     assert 150 < len(test) < 10_000  # the space is finite: test stops when it is exhausted
     assert len(test) == len(set(test))  # no repeats in test
     assert not train & set(test)  # never trained on
-    assert list(pyfunc("test", data_dir=HERE, size=20)) == test_rows[:20]
+    assert list(pyfunc("test", data_dir=HERE, size=20)) == test_recipe_rows[:20]
 
 
 def test_statements_read_as_english():

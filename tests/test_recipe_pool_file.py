@@ -143,10 +143,10 @@ def test_a_question_shown_as_a_worked_example_is_neither_trained_nor_evaluated(t
     assert every.positions == [i for i in range(12) if i != 3] and len(every.rows) == 11
     recipe.prompt.shots = []  # without the shot, the row is back
     assert load_prompt_set(recipe, registry, Tokenizer(), split="train").positions == list(range(12))
-    test_rows = load_rows(registry, TaskRef(name="arithmetic", options={"size": 12}), "test")
-    only = load_recipe_text(tmp_path, "", [f"prompt.shots=[{{user: {json.dumps(test_rows[0]['question'])}, assistant: x}}]"])
+    test_recipe_rows = load_rows(registry, TaskRef(name="arithmetic", options={"size": 12}), "test")
+    only = load_recipe_text(tmp_path, "", [f"prompt.shots=[{{user: {json.dumps(test_recipe_rows[0]['question'])}, assistant: x}}]"])
     test = load_prompt_set(only, registry, Tokenizer(), split="eval")
-    assert len(test.rows) == len(test_rows) - 1 and test_rows[0]["id"] not in [r["id"] for r in test.rows]
+    assert len(test.rows) == len(test_recipe_rows) - 1 and test_recipe_rows[0]["id"] not in [r["id"] for r in test.rows]
     lone = load_recipe_text(tmp_path, "", ["data.train_limit=1", f"prompt.shots=[{{user: {json.dumps(rows[0]['question'])}, assistant: x}}]"])
     with pytest.raises(RlvrError, match="every prompt is one of prompt.shots"):
         load_prompt_set(lone, registry, Tokenizer(), split="train")

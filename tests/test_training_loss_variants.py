@@ -1,7 +1,7 @@
 """The policy-loss variants (``algorithm.policy_loss``: ppo, gspo, cispo) and Dr. GRPO's constant
 normalisation (``loss_aggregation: seq_mean_token_sum_norm``), against their papers' formulas on
 numbers worked out by hand in the comments; the recipe options that choose them; and the learner
-with each (its skipping of zero-advantage sequences is covered in tests/test_learner.py)."""
+with each (its skipping of zero-advantage sequences is covered in tests/test_training_learner.py)."""
 
 from __future__ import annotations
 

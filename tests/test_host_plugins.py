@@ -181,11 +181,11 @@ def test_arithmetic_test_split_is_held_out():
         return [r["question"] for r in rows], rows
 
     train, _ = questions("train", 3000)
-    test, test_rows = questions("test", 500)
+    test, test_recipe_rows = questions("test", 500)
     assert len(train) == 3000
     assert not set(train) & set(test)
     assert len(test) == len(set(test)) < 500  # 800 expressions, one in five held out, no repeats
-    assert all(str(eval(q[8:-1])) == r["answer"] for q, r in zip(test, test_rows))
+    assert all(str(eval(q[8:-1])) == r["answer"] for q, r in zip(test, test_recipe_rows))
     assert questions("test", 500)[0] == test  # deterministic
 
 

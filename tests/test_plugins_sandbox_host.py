@@ -203,8 +203,8 @@ os.setresgid(uid, uid, uid)
 os.setresuid(uid, uid, uid)
 os.environ["HOME"] = "/tmp"
 sys.path.insert(0, os.path.dirname(sys.argv[4]))
-import test_sandbox_host
-print(json.dumps(test_sandbox_host.run_routes(isolation)))
+import test_plugins_sandbox_host
+print(json.dumps(test_plugins_sandbox_host.run_routes(isolation)))
 '''
 
 
