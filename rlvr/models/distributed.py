@@ -7,7 +7,7 @@ leak resources", and its communicators may hang the exit. ``rlvr train`` creates
 group (``init_default_group``, which DeepSpeed then adopts); an in-process vLLM engine
 (``rlvr eval``, a one-rank ``rlvr train``) creates one if none exists and does not always destroy it.
 
-A run leaves nothing of this behind, so that ``rlvr.train`` and ``rlvr.evaluate`` can run again and
+A run leaves nothing of this behind, so that ``rlvr.api.train`` and ``rlvr.api.evaluate`` can run again and
 again in one Python process (a notebook, a sweep): DeepSpeed keeps module-level references to the
 groups it adopted or made (its clone of the world group, ...) and torch wraps ``sys.excepthook`` at
 every ``init_process_group``; ``process_group_scope`` drops the one and restores the other, and

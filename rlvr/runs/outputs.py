@@ -83,7 +83,7 @@ def check_folder_target(path: str | os.PathLike, option: str, *, private: bool =
 
 # What ``rlvr train`` writes into its folder besides its logs (``train.log`` and the samplers'
 # logs are appended to, so a run that failed before writing anything else may be started
-# again): rlvr.training.engine (eval.jsonl, eval_before.rank<r>.json, final/, summary.json),
+# again): rlvr.evaluation.held_out (eval.jsonl, eval_before.rank<r>.json), rlvr.training.engine (final/, summary.json),
 # rlvr.training.checkpoint (checkpoints/), rlvr.runs.metrics/samples/plotting (metrics.jsonl,
 # samples.jsonl, curves.png) and rlvr.runs.tracking (tensorboard/, wandb/).
 RUN_OUTPUTS = ("metrics.jsonl", "samples.jsonl", "eval.jsonl", "eval_before.rank*.json", "summary.json",
