@@ -968,3 +968,17 @@ def test_an_unevaluated_sum_is_not_an_answer_for_a_number(gold, pred, expected):
     score 0, whatever they evaluate to."""
     score = mr.math_reward(None, [f"\\boxed{{{pred}}}"], None, answer=[gold])[0]
     assert score.value == expected, score.info
+
+
+def test_the_reasons_of_an_item_do_not_depend_on_the_items_before_it():
+    """The gold's parse is cached across items: an earlier item that parsed the gold must not
+    change what a later item's reasons show."""
+    from rlvr_plugins.math import worker
+
+    worker._GOLD_CACHE.clear()
+    item = ("The answer is \\boxed{34}.", "#### 14", "boxed", "auto", 1000, 4.0, False)
+    alone = worker.score_item(item)
+    worker._GOLD_CACHE.clear()
+    worker.score_item(("The answer is \\boxed{\\sqrt{196}}.", "#### 14", "boxed", "auto", 1000, 4.0, False))
+    after = worker.score_item(item)
+    assert after == alone and alone["value"] == 0.0

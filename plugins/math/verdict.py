@@ -81,9 +81,13 @@ def judge(g: Parsed | None, p: Parsed) -> tuple[bool | None, dict[str, Any]]:
         if other[0] is True or result[0] is None:
             result = other
     equal, why = result
-    for side, parsed in (("gold_parsed", g), ("pred_parsed", p)):
-        if parsed.parsed_expr is not None:  # only where a parse was needed
-            info[side] = show(parsed.parsed_expr)
+    # Both parses, where this comparison parsed the answer (a fresh ``p``). Not the gold's alone:
+    # the gold's ``Parsed`` is cached across items, so whether it holds a parse depends on which
+    # items came before, and the reasons a sample shows must not.
+    if p.parsed_expr is not None:
+        info["pred_parsed"] = show(p.parsed_expr)
+        if g.parsed_expr is not None:
+            info["gold_parsed"] = show(g.parsed_expr)
     return equal, {**info, "why": why}
 
 
