@@ -54,12 +54,14 @@ class Reply:
     one. ``text`` is data, never chat structure: the host escapes its control and invisible
     format characters (``rlvr.kit.escape_controls``) and tokenizes it as text, so that no special
     token (``<|im_start|>``) can come out of it; only the template's wrapping around a ``role``
-    message has them. ``done`` ends the episode after this reply (its text, if any, is still appended).
+    message has them. With a ``role``, ``text`` may be a sequence of strings: that many messages
+    of the role in a row (one tool result per call of the turn), each rendered as the template
+    renders consecutive messages. ``done`` ends the episode after this reply (its text, if any, is still appended).
     ``metrics`` are summed over the episode and reported per episode as ``env/<key>``
     (``tool_calls``, ``tool_errors``, ``tool_timeouts`` are the conventional keys).
     """
 
-    text: str = ""
+    text: str | _typing.Sequence[str] = ""
     done: bool = False
     role: str | None = None
     metrics: _typing.Mapping[str, float] = _dataclasses.field(default_factory=dict)

@@ -201,7 +201,8 @@ def test_every_docs_example_runs(tmp_path):
         pm = get_plugin_manager(load_entry_points=False)
         pm.register(docs_plugin(index, source))
         registry = load_registry(pm)
-        assert registry.rewards or registry.tasks or registry.environments, f"python block {index} registers nothing"
+        assert registry.rewards or registry.tasks or registry.environments or registry.tools, \
+            f"python block {index} registers nothing"
         for spec in registry.rewards.values():
             check_parameter_comments(source, spec.fn)
             rows = [{column: "42" for column in spec.columns}]

@@ -42,7 +42,8 @@ class TaskPlugin:
 
 def test_every_hookspec_is_documented_and_exercised():
     specs = [name for name in dir(hookspecs) if name.startswith("rlvr_")]
-    assert sorted(specs) == ["rlvr_register_environments", "rlvr_register_rewards", "rlvr_register_tasks"]
+    assert sorted(specs) == ["rlvr_register_environments", "rlvr_register_rewards", "rlvr_register_tasks",
+                             "rlvr_register_tools"]
     for name in specs:
         fn = getattr(hookspecs, name)
         assert inspect.getdoc(fn), name
@@ -68,6 +69,42 @@ def test_hook_rlvr_register_tasks():
     spec = registry.task("toy")
     assert spec.columns == ("q", "answer") and spec.description == "a toy"
     assert len(list(spec.fn("train", data_dir=None))) == 3
+
+
+def convert(value: float, unit: str = "m") -> float:
+    """Convert a length.
+
+    Args:
+        value: the length
+    """
+    return value
+
+
+def untyped(value):
+    return value
+
+
+class ToolPlugin:
+    @staticmethod
+    @hookimpl
+    def rlvr_register_tools(register):
+        register("convert", convert)
+        register("untyped", untyped)
+        register("described", convert, description="Converts.")
+
+
+def test_hook_rlvr_register_tools(caplog):
+    registry = load_registry(manager_with(ToolPlugin()))
+    tool = registry.tool("convert")
+    assert tool.fn is convert and tool.origin == "p0"
+    assert tool.schema["function"]["parameters"] == {
+        "type": "object", "required": ["value"],
+        "properties": {"value": {"type": "number", "description": "the length"}, "unit": {"type": "string"}}}
+    assert registry.tool("described").schema["function"]["description"] == "Converts."
+    assert registry.tool("convert").schema["function"]["description"] == "Convert a length."
+    with pytest.raises(RlvrError, match="parameter 'value' has no type hint"):
+        registry.tool("untyped")
+    assert "the tool is left out" in caplog.text
 
 
 class EnvPlugin:

@@ -7,8 +7,12 @@ callables, either convention (``fn(prompts, completions, completion_ids, *, answ
 (each named by its ``__name__``); a name the recipe does not list is added with weight 1.0.
 ``reward_weights``, as in TRL's config: one weight per reward, in order (they replace the
 recipe's). ``tasks`` maps names to rows: a list of dicts (one in five held out for ``test``, by
-a hash of the row), a mapping ``{split: rows}``, or a function ``fn(split) -> rows``. Everything
-is checked before a model loads; bad input raises ``RlvrError`` with the CLI's one-line message.
+a hash of the row), a mapping ``{split: rows}``, or a function ``fn(split) -> rows``. ``tools``:
+functions the model may call with JSON arguments, as TRL's ``GRPOTrainer(tools=[...])`` takes
+them (a list, each named by its ``__name__``, or a mapping of names to functions): they join the
+recipe's ``environment.tools``, and a recipe without an environment gets the ``tools`` one.
+Everything is checked before a model loads; bad input raises ``RlvrError`` with the CLI's
+one-line message.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from rlvr import RlvrError
-from rlvr.host.registry import Registry, TaskSpec, load_registry, make_reward_spec
+from rlvr.host.registry import Registry, TaskSpec, ToolSpec, load_registry, make_reward_spec
 from rlvr.kit import close_shared, in_test_split, read_jsonl
+from rlvr.kit.tools import tool_from_function
 from rlvr.models.hub import check_model_name
 from rlvr.recipe.load import load_recipe
 from rlvr.recipe.resolve import resolve
@@ -33,6 +38,7 @@ from rlvr.runs.tracking import check_trackers
 
 Rows = Iterable[Mapping[str, Any]]
 Rewards = Mapping[str, Callable] | Sequence[Callable] | Callable
+Tools = Mapping[str, Callable] | Sequence[Callable] | Callable
 
 
 @dataclass(frozen=True)
@@ -92,12 +98,12 @@ class EvalResult:
 
 def train(recipe: str | Path | Mapping[str, Any], *, overrides: Mapping[str, Any] | Iterable[str] | None = None,
           rewards: Rewards | None = None, reward_weights: Sequence[float] | None = None,
-          tasks: Mapping[str, Any] | None = None, output_dir: str | Path | None = None, profile: str | None = None,
-          resume: bool = False, verbose: bool = False) -> TrainResult:
+          tasks: Mapping[str, Any] | None = None, tools: Tools | None = None, output_dir: str | Path | None = None,
+          profile: str | None = None, resume: bool = False, verbose: bool = False) -> TrainResult:
     """Train as ``rlvr train`` does (one process; for several ranks use the CLI's launchers)."""
     from rlvr.training.engine import train as run_training
 
-    rec, registry = prepare(recipe, overrides, rewards, tasks, profile, weights=reward_weights)
+    rec, registry = prepare(recipe, overrides, rewards, tasks, profile, weights=reward_weights, tools=tools)
     check_rows(rec, registry, training_parts(rec))  # every row it will read, before any model loads
     out = Path(output_dir) if output_dir is not None else Path("runs") / rec.name
     check_folder_target(out, "output_dir", private=True)
@@ -109,14 +115,15 @@ def train(recipe: str | Path | Mapping[str, Any], *, overrides: Mapping[str, Any
 def evaluate(recipe: str | Path | Mapping[str, Any], model: str | Path | None = None, *,
              overrides: Mapping[str, Any] | Iterable[str] | None = None, rewards: Rewards | None = None,
              reward_weights: Sequence[float] | None = None, tasks: Mapping[str, Any] | None = None,
-             output_dir: str | Path | None = None, profile: str | None = None, verbose: bool = False) -> EvalResult:
+             tools: Tools | None = None, output_dir: str | Path | None = None, profile: str | None = None,
+             verbose: bool = False) -> EvalResult:
     """Evaluate as ``rlvr eval`` does: ``model`` (a folder, hub id or alias; default the
     recipe's) on the recipe's eval split; library output goes to ``OUTPUT_DIR/eval.log``."""
     from rlvr.evaluation.evaluate import evaluate as run_evaluation
     from rlvr.runs.logs import RunOutput
 
     extra = {"model.name": str(model)} if model is not None else {}
-    rec, registry = prepare(recipe, overrides, rewards, tasks, profile, extra, weights=reward_weights)
+    rec, registry = prepare(recipe, overrides, rewards, tasks, profile, extra, weights=reward_weights, tools=tools)
     check_rows(rec, registry, ("eval",))
     out = Path(output_dir) if output_dir is not None else Path("runs") / f"eval-{rec.name}"
     check_folder_target(out, "output_dir", private=True)
@@ -150,9 +157,10 @@ def _run_scope():
 
 
 def prepare(recipe, overrides, rewards, tasks, profile, extra: Mapping[str, Any] | None = None, *,
-            weights: Sequence[float] | None = None) -> tuple[Recipe, Registry]:
+            weights: Sequence[float] | None = None, tools: Tools | None = None) -> tuple[Recipe, Registry]:
     """The recipe, loaded and resolved against the installed plugins plus ``rewards`` (weighted
-    by ``weights``, in order) and ``tasks``, its model name checked: everything but loading the model."""
+    by ``weights``, in order), ``tasks`` and ``tools``, its model name checked: everything but
+    loading the model."""
     registry = load_registry()
     rewards = named_rewards(rewards)
     for name, fn in rewards.items():
@@ -161,10 +169,22 @@ def prepare(recipe, overrides, rewards, tasks, profile, extra: Mapping[str, Any]
     for name, rows in (tasks or {}).items():
         _new_name(registry.tasks, name, "task")
         registry.tasks[name] = task_from_rows(name, rows)
+    tools = named_tools(tools)
+    for name, fn in tools.items():
+        _new_name(registry.tools, name, "tool")
+        tool = tool_from_function(fn, name, origin="python")
+        registry.tools[name] = ToolSpec(name, fn, tool.schema["function"]["description"], "python", "", tool=tool)
     strings, settings = _overrides(overrides)
     settings = [*_weight_settings(list(rewards), weights), *settings, *(extra or {}).items()]
     # callables the recipe does not list count with weight 1.0
-    rec = load_recipe(recipe, strings, profile, settings, defaults=[(f"rewards.{n}", 1.0) for n in rewards])
+    defaults = [(f"rewards.{n}", 1.0) for n in rewards]
+    rec = load_recipe(recipe, strings, profile, settings, defaults=defaults)
+    if tools:  # they join the recipe's environment.tools (the `tools` environment where it has none)
+        env = rec.environment
+        listed = [*(env.tools if env else []), *(n for n in tools if not env or n not in env.tools)]
+        section = env.model_dump() if env else {"name": "tools"}  # whole: the recipe may write it as a name
+        setting = ("environment", {**section, "tools": listed})
+        rec = load_recipe(recipe, strings, profile, [*settings, setting], defaults=defaults)
     if not isinstance(recipe, Mapping):  # its module:function rewards may come from its folder
         registry.use_recipe(recipe)
     resolve(rec, registry)
@@ -192,28 +212,40 @@ def task_from_rows(name: str, rows: Any) -> TaskSpec:
     return TaskSpec(name, load, f"rows given to rlvr.api.train/evaluate as {name!r}", "python", "", tuple(sample), splits)
 
 
+def named_tools(tools: Tools | None) -> dict[str, Callable]:
+    """``tools`` as a mapping of names to functions: a mapping as given, a list (or one function)
+    by each one's ``__name__``, as TRL names them; the model could not tell a lambda or two
+    functions of one name apart: ``RlvrError``, asking for a mapping."""
+    return _named(tools, "tools", "the model could call it by", "")
+
+
 def named_rewards(rewards: Rewards | None) -> dict[str, Callable]:
     """``rewards`` as a mapping of names to callables: a mapping as given; TRL's list of callables
     (or one callable) named by each one's ``__name__``, as TRL names their columns. A lambda or
     two functions of one name cannot be told apart in the logs: ``RlvrError``, asking for a mapping."""
-    if rewards is None:
+    return _named(rewards, "rewards", "to log its scores under", "; a reward the recipe names goes in its rewards section")
+
+
+def _named(given: Any, kind: str, why: str, hint: str) -> dict[str, Callable]:
+    if given is None:
         return {}
-    if isinstance(rewards, Mapping):
-        return dict(rewards)
-    if callable(rewards):
-        rewards = [rewards]
-    if isinstance(rewards, (str, bytes)) or not isinstance(rewards, Iterable):
-        raise RlvrError(f"rewards: a list of reward functions or a mapping {{name: function}}, not {type(rewards).__name__}")
+    if isinstance(given, Mapping):
+        return dict(given)
+    if callable(given):
+        given = [given]
+    if isinstance(given, (str, bytes)) or not isinstance(given, Iterable):
+        raise RlvrError(f"{kind}: a list of {kind[:-1]} functions or a mapping {{name: function}}, not "
+                        f"{type(given).__name__}")
     named: dict[str, Callable] = {}
-    for i, fn in enumerate(rewards):
+    for i, fn in enumerate(given):
         name = getattr(fn, "__name__", None)
         if not callable(fn):
-            raise RlvrError(f"rewards[{i}]: {fn!r} is not a function; a reward the recipe names goes in its rewards section")
+            raise RlvrError(f"{kind}[{i}]: {fn!r} is not a function{hint}")
         if not isinstance(name, str) or name == "<lambda>":
-            raise RlvrError(f"rewards[{i}]: {'a lambda' if name else repr(fn)} has no name to log its scores under: "
-                            "pass rewards={'a_name': fn, ...}")
+            raise RlvrError(f"{kind}[{i}]: {'a lambda' if name else repr(fn)} has no name {why}: "
+                            f"pass {kind}={{'a_name': fn, ...}}")
         if name in named:
-            raise RlvrError(f"rewards: two functions named {name!r}: pass rewards={{'a_name': fn, ...}} to name them apart")
+            raise RlvrError(f"{kind}: two functions named {name!r}: pass {kind}={{'a_name': fn, ...}} to name them apart")
         named[name] = fn
     return named
 

@@ -109,3 +109,26 @@ def rlvr_register_environments(register: RegisterEnvironment) -> None:
         from their annotations like a reward's.
     :param description: One line for ``rlvr environments``; default: the first line of ``make``'s docstring.
     """
+
+
+class RegisterTool(Protocol):
+    """The ``register`` that ``rlvr_register_tools`` receives."""
+
+    def __call__(self, name: str, fn: Callable[..., Any], description: str | None = None) -> None: ...
+
+
+@hookspec
+def rlvr_register_tools(register: RegisterTool) -> None:
+    """Register tools, functions a model calls with JSON arguments: call ``register(name, fn,
+    description=None)`` once for each.
+
+    Called each time the host loads its registry; a name registered twice fails, naming both plugins.
+
+    :param register: The host's callback, :class:`RegisterTool`.
+    :param name: The tool's name in recipes (``environment.tools``) and in the model's calls.
+    :param fn: The function: every parameter named and type-hinted (the JSON schema the model
+        sees is built from the hints and the Google-style docstring, ``rlvr.kit.tools``); it
+        returns something JSON can hold (``str``, numbers, lists, dicts).
+    :param description: What the model is told the tool does; default: ``fn``'s docstring's
+        description.
+    """

@@ -19,10 +19,11 @@ import pluggy
 
 from rlvr import RlvrError
 from rlvr.host import hookspecs
-from rlvr.host.hookspecs import RegisterEnvironment, RegisterReward, RegisterTask
+from rlvr.host.hookspecs import RegisterEnvironment, RegisterReward, RegisterTask, RegisterTool
 from rlvr.host.imports import CodeSource, ImportPolicy, load_callable
 from rlvr.host.options import OptionChecker, did_you_mean, option_checker
 from rlvr.kit import one_line
+from rlvr.kit.tools import Tool, tool_from_function
 
 log = logging.getLogger("rlvr.host")
 
@@ -178,11 +179,21 @@ class TaskSpec(Spec):
     splits: tuple[str, ...] = ("train", "test")
 
 
+@dataclass(frozen=True)
+class ToolSpec(Spec):
+    """A tool: a function the model calls with JSON arguments (``rlvr.kit.tools.Tool``: its schema
+    was built when it was registered)."""
+
+    kind: ClassVar[str] = "tool"
+    tool: Tool | None = None
+
+
 @dataclass
 class Registry:
     rewards: dict[str, RewardSpec] = field(default_factory=dict)
     tasks: dict[str, TaskSpec] = field(default_factory=dict)
     environments: dict[str, Spec] = field(default_factory=dict)
+    tools: dict[str, ToolSpec] = field(default_factory=dict)
     # Names a plugin registered wrongly: using one is an error with the reason; the rest work.
     broken: dict[str, str] = field(default_factory=dict)
     # What a recipe's module:function references may import (rlvr.host.imports), and from where
@@ -200,20 +211,20 @@ class Registry:
             raise RlvrError(self.broken[name])
         return _lookup(self.rewards, name, "reward")
 
-    def reference(self, name: str) -> CodeSource | None:
-        """Where the module a ``module:function`` reward names would be imported from, and why
-        that is allowed, found without importing it; None for a registered name. One-line
+    def reference(self, name: str, kind: str = "reward") -> CodeSource | None:
+        """Where the module a ``module:function`` reward (or tool) names would be imported from,
+        and why that is allowed, found without importing it; None for a registered name. One-line
         ``RlvrError`` when the reference may not be imported."""
         if ":" not in name:
             return None
         if name not in self.sources:
             module, _, attr = name.partition(":")
             if not module or not attr:
-                raise RlvrError(f"reward {name!r}: a reference is module:function")
+                raise RlvrError(f"{kind} {name!r}: a reference is module:function")
             try:
                 self.sources[name] = self.imports.locate(module, self.plugin_packages)
             except RlvrError as exc:
-                raise RlvrError(f"reward {name!r}: {exc}") from None
+                raise RlvrError(f"{kind} {name!r}: {exc}") from None
         return self.sources[name]
 
     def use_recipe(self, path: str | os.PathLike) -> None:
@@ -222,6 +233,7 @@ class Registry:
         self.imports = self.imports.for_recipe(path)
         for name in self.sources:
             self.rewards.pop(name, None)
+            self.tools.pop(name, None)
         self.sources.clear()
 
     def task(self, name: str) -> TaskSpec:
@@ -229,6 +241,24 @@ class Registry:
 
     def environment(self, name: str) -> Spec:
         return _lookup(self.environments, name, "environment")
+
+    def tool(self, name: str) -> Tool:
+        """A registered tool, or a ``module:function`` reference (allowed as a reward's reference
+        is, by :meth:`reference`), imported and its schema built on first use."""
+        if name not in self.tools and ":" in name and name not in self.broken:
+            source = self.reference(name, kind="tool")
+            try:
+                fn = load_callable(source, name.partition(":")[2])
+            except RlvrError as exc:
+                raise RlvrError(f"tool {name!r}: {exc}") from None
+            tool = tool_from_function(fn, origin=name)
+            self.tools[name] = ToolSpec(name, fn, tool.schema["function"]["description"], f"module {source.module}", "",
+                                        tool=tool)
+        if name in self.broken:
+            raise RlvrError(self.broken[name])
+        spec = _lookup(self.tools, name, "tool")
+        assert spec.tool is not None
+        return spec.tool
 
 
 def _lookup(table: dict, name: str, kind: str):
@@ -376,9 +406,25 @@ def load_registry(pm: pluggy.PluginManager | None = None) -> Registry:
 
         return register
 
+    def tool_registrar(plugin: str, version: str) -> RegisterTool:
+        def register(name: str, fn: Callable[..., Any], description: str | None = None) -> None:
+            _check_name(name, "tool", registry.tools, plugin)
+            try:
+                tool = tool_from_function(fn, name, origin=plugin)
+            except RlvrError as exc:  # only this name fails, when used
+                registry.broken[name] = f"plugin {plugin!r}: {exc}"
+                log.warning(f"rlvr: plugin {plugin!r}: {exc} (the tool is left out)")
+                return
+            if description:
+                tool.schema["function"]["description"] = description
+            registry.tools[name] = ToolSpec(name, fn, _describe(fn, description), plugin, version, tool=tool)
+
+        return register
+
     call_each("rlvr_register_rewards", reward_registrar)
     call_each("rlvr_register_tasks", task_registrar)
     call_each("rlvr_register_environments", environment_registrar)
+    call_each("rlvr_register_tools", tool_registrar)
     return registry
 
 

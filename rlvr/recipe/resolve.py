@@ -46,6 +46,32 @@ def resolve(recipe: Recipe, registry: Registry, import_code: bool = True) -> Non
         spec = registry.environment(env.name)
         env.options = {**env.options, **_check_options(spec.fn, spec.name, "environment", spec.plugin, env.options,
                                                        "environment.options", base, recipe)}
+        recipe_tools(recipe, registry)
+
+
+def recipe_tools(recipe: Recipe, registry: Registry) -> list:
+    """The tools of the recipe's environment (``environment.tools``), each imported and its schema
+    built (``rlvr.kit.tools.Tool``); one-line ``RlvrError`` for a name that cannot be had, two tools
+    of one name, or an environment whose ``make`` takes no ``tools``."""
+    env = recipe.environment
+    if env is None or not env.tools:
+        return []
+    make = registry.environment(env.name).fn
+    param = inspect.signature(make).parameters.get("tools")
+    if param is None or param.kind is not param.KEYWORD_ONLY:
+        takes = [s.name for s in registry.environments.values()
+                 if "tools" in inspect.signature(s.fn).parameters]
+        raise RlvrError(f"environment.tools: environment {env.name!r} does not run tools (its make takes no `tools`); "
+                        f"environments that do: {', '.join(sorted(takes)) or 'none'}")
+    tools, seen = [], {}
+    for name in env.tools:
+        tool = registry.tool(name)
+        if tool.name in seen:
+            raise RlvrError(f"environment.tools: {seen[tool.name]!r} and {name!r} are both called {tool.name!r}; "
+                            "the model could not tell them apart")
+        seen[tool.name] = name
+        tools.append(tool)
+    return tools
 
 
 def recipe_folder(registry: Registry) -> Path:
@@ -140,11 +166,15 @@ def _check_task_options(task, options: dict, where: str, base: Path, recipe: Rec
     return _check_options(task.fn, task.name, "task", task.plugin, options, f"{where}task.options", base, recipe)
 
 
+HOST_PASSED = {"task": ("data_dir",), "environment": ("tools",)}
+
+
 def _checker(fn, name: str, kind: str, plugin: str) -> OptionChecker:
     """The checker of the options of a task loader or an environment's ``make``: its keyword-only
     parameters (but ``data_dir``), checked from their annotations as reward options are."""
     params = inspect.signature(fn).parameters
-    allowed = {n: p.default for n, p in params.items() if p.kind is p.KEYWORD_ONLY and n != "data_dir"}
+    # Not options: a task's data_dir and an environment's tools are the host's to pass.
+    allowed = {n: p.default for n, p in params.items() if p.kind is p.KEYWORD_ONLY and n not in HOST_PASSED.get(kind, ())}
     try:
         return option_checker(name, fn, allowed, kind=kind)
     except TypeError as exc:

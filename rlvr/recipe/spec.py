@@ -404,6 +404,10 @@ class EnvironmentConfig(Strict):
     # Tokens after the prompt per episode, the policy's and the environment's; default
     # sampling.max_tokens (each policy turn is also capped at sampling.max_tokens).
     max_tokens: int | None = Field(default=None, ge=1)
+    # Functions the model may call with JSON arguments: registered tool names (`rlvr tools`) or
+    # module:function references. Their schemas are rendered into the prompt by the model's chat
+    # template (tools=); the environment (one whose make takes `tools`, e.g. `tools`) runs the calls.
+    tools: list[str] = Field(default_factory=list)
 
 
 class Recipe(Strict):

@@ -65,15 +65,16 @@ class Episode:
 
 
 class ChatTurns:
-    """Token ids of an environment's chat message (``Reply.role``), rendered by the model's chat
-    template: the end of the policy's message, the new message, and the start of the policy's
-    next one. Found once per role by rendering a conversation with placeholders."""
+    """Token ids of an environment's chat messages (``Reply.role``), rendered by the model's chat
+    template: the end of the policy's message, the new messages (one, or several in a row: one
+    tool result per call), and the start of the policy's next one. Found once per role and count
+    by rendering a conversation with placeholders."""
 
-    MINE, THEIRS = "\u2063rlvr-policy\u2063", "\u2063rlvr-env\u2063"
+    MINE = "\u2063rlvr-policy\u2063"
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
-        self._parts: dict[str, tuple[str, str, str]] = {}
+        self._parts: dict[tuple[str, int], tuple[str, list[str]]] = {}
         # Tokens matched before the model's own vocabulary: the special ones (role markers, end of
         # sequence) and the added ones (``<tool_response>``), by id and by spelling. A one-character
         # one cannot be spelled in pieces, and is a character like any other.
@@ -81,34 +82,47 @@ class ChatTurns:
         self._structural = {*added, *(getattr(tokenizer, "all_special_ids", None) or ())}
         self._spellings = sorted({s for s in added.values() if len(s) > 1})
 
-    def parts(self, role: str) -> tuple[str, str, str]:
-        """(closing of the policy's message, text before the reply, text after it)."""
-        if role not in self._parts:
+    @staticmethod
+    def theirs(i: int) -> str:
+        return f"\u2063rlvr-env-{i}\u2063"
+
+    def parts(self, role: str, count: int = 1) -> tuple[str, list[str]]:
+        """(closing of the policy's message, the ``count + 1`` texts around ``count`` messages of
+        ``role``: before the first, between each two, after the last)."""
+        if (role, count) not in self._parts:
             render = self.tokenizer.apply_chat_template
             talk = [{"role": "user", "content": "q"}, {"role": "assistant", "content": self.MINE}]
+            replies = [{"role": role, "content": self.theirs(i)} for i in range(count)]
             try:
                 base = render(talk, tokenize=False)
-                full = render(talk + [{"role": role, "content": self.THEIRS}], tokenize=False,
-                              add_generation_prompt=True)
+                full = render(talk + replies, tokenize=False, add_generation_prompt=True)
             except Exception as exc:  # noqa: BLE001 - a template that rejects the role
                 raise RlvrError(f"the model's chat template cannot render a {role!r} message: "
                                 f"{one_line(str(exc), 200)}") from None
-            if not full.startswith(base) or self.THEIRS not in full:
+            if not full.startswith(base) or any(self.theirs(i) not in full for i in range(count)):
                 raise RlvrError(f"the model's chat template does not render a {role!r} message after the "
                                 f"assistant's; reply inline (Reply.role=None) instead")
             closing = base[base.rindex(self.MINE) + len(self.MINE):]
-            before, after = full[len(base):].split(self.THEIRS, 1)
-            self._parts[role] = (closing, before, after)
-        return self._parts[role]
+            rest, pieces = full[len(base):], []
+            for i in range(count):
+                piece, rest = rest.split(self.theirs(i), 1)
+                pieces.append(piece)
+            self._parts[(role, count)] = (closing, [*pieces, rest])
+        return self._parts[(role, count)]
 
-    def ids(self, role: str, text: str, after_eos: bool) -> list[int]:
-        closing, before, after = self.parts(role)
+    def ids(self, role: str, texts: str | Sequence[str], after_eos: bool) -> list[int]:
+        """The tokens that close the policy's message, hold ``texts`` (one message each, as text:
+        ``text_ids``) and open the policy's next message."""
+        texts = [texts] if isinstance(texts, str) else list(texts)
+        closing, around = self.parts(role, len(texts))
         eos = self.tokenizer.eos_token or ""
         if after_eos and eos and closing.startswith(eos):
             closing = closing[len(eos):]  # the policy's own end-of-sequence token closed its message
         encode = self.tokenizer.encode
-        return encode(closing + before, add_special_tokens=False) + self.text_ids(text) + encode(
-            after, add_special_tokens=False)
+        ids = encode(closing + around[0], add_special_tokens=False)
+        for text, after in zip(texts, around[1:]):
+            ids += self.text_ids(text) + encode(after, add_special_tokens=False)
+        return ids
 
     def text_ids(self, text: str) -> list[int]:
         """Token ids of ``text`` as text: no special or added token comes out of it, whatever it
@@ -229,10 +243,13 @@ class EpisodeRunner:
             e.done = True
 
     def _reply_ids(self, reply: Reply, after_eos: bool) -> list[int]:
-        text = escape_controls(reply.text)
+        texts = [reply.text] if isinstance(reply.text, str) else list(reply.text)
+        if not all(isinstance(t, str) for t in texts):
+            raise TypeError("Reply.text is a string or a sequence of strings")
+        texts = [escape_controls(t) for t in texts]
         if reply.role is None:
-            return self.chat.text_ids(text)
-        return self.chat.ids(reply.role, text, after_eos)
+            return self.chat.text_ids("".join(texts))
+        return self.chat.ids(reply.role, texts, after_eos)
 
     @staticmethod
     def _failed(e: Episode, where: str, exc: Exception) -> Episode:
@@ -311,6 +328,10 @@ def episode_runner(recipe, registry, tokenizer, model_path: str | None = None) -
     env = recipe.environment
     if env is None:
         return None
+    from rlvr.recipe.resolve import recipe_tools
+
     spec = registry.environment(env.name)
-    return EpisodeRunner(spec.fn, env.options, tokenizer=tokenizer, max_turns=env.max_turns,
+    tools = recipe_tools(recipe, registry)
+    options = {**env.options, **({"tools": tools} if tools else {})}
+    return EpisodeRunner(spec.fn, options, tokenizer=tokenizer, max_turns=env.max_turns,
                          max_tokens=recipe.episode_tokens, eos_ids=eos_ids(tokenizer, model_path))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Sequence
 
 from rlvr import RlvrError
+from rlvr.kit.tools import tools_prompt
 from rlvr.recipe.template import conversation_column, prompt_messages, prompt_text, render, row_conversation
 
 if TYPE_CHECKING:
@@ -29,27 +30,65 @@ class Prompt:
     prefix: str = ""
 
 
-def render_prompt(tokenizer, prompt_cfg, row: dict) -> list[int]:
+def render_prompt(tokenizer, prompt_cfg, row: dict, tools: Sequence[dict] = ()) -> list[int]:
     """Prompt token ids: ``{{column}}`` fields of ``system`` and ``template`` filled from the row,
     after the recipe's worked examples (``shots``) as earlier turns, then wrapped in the
     tokenizer's chat template (unless the recipe turns it off); a template that is one column of
-    chat messages is that conversation (``rlvr.recipe.template.prompt_messages``)."""
-    return _render(tokenizer, prompt_cfg, row)[0] + prefix_ids(tokenizer, prompt_cfg)
+    chat messages is that conversation (``rlvr.recipe.template.prompt_messages``). ``tools``: the
+    JSON schemas of the tools the model may call (``with_tools``)."""
+    return _render(tokenizer, prompt_cfg, row, tools)[0] + prefix_ids(tokenizer, prompt_cfg)
 
 
-def _render(tokenizer, prompt_cfg, row: dict) -> tuple[list[int], list[dict] | None]:
+def _render(tokenizer, prompt_cfg, row: dict, tools: Sequence[dict] = (), native: bool | None = None
+            ) -> tuple[list[int], list[dict] | None]:
     """(token ids up to the answer's start, the messages rendered or None for plain text)."""
     if not prompt_cfg.chat_template or tokenizer.chat_template is None:
         if prompt_cfg.chat_template and row_conversation(prompt_cfg.template, row) is not None:
             raise RlvrError(f"column {conversation_column(prompt_cfg.template)!r} holds chat messages, but the "
                             "model's tokenizer has no chat template to render them: use a model that has one")
-        return tokenizer(prompt_text(prompt_cfg, row), add_special_tokens=True)["input_ids"], None
+        text = prompt_text(prompt_cfg, row)
+        if tools:
+            text = f"{tools_prompt(tools)}\n\n{text}"
+        return tokenizer(text, add_special_tokens=True)["input_ids"], None
     messages = prompt_messages(prompt_cfg, row)
+    extra = {}
+    if tools:
+        if native is None:
+            native = template_renders_tools(tokenizer)
+        if native:
+            extra["tools"] = list(tools)
+        else:
+            messages = with_tools(messages, tools)
     # As TRL: a prompt ending with the assistant's turn is continued, any other gets the generation prompt.
     go_on = messages[-1]["role"] == "assistant"
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=not go_on, continue_final_message=go_on,
-                                        tokenize=True)
+                                        tokenize=True, **extra)
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids), messages
+
+
+_PROBE = {"type": "function", "function": {"name": "rlvr_probe_7f3a", "description": "probe",
+                                           "parameters": {"type": "object", "properties": {}}}}
+
+
+def template_renders_tools(tokenizer) -> bool:
+    """Whether the tokenizer's chat template shows ``tools=`` (Qwen2.5's does, SmolLM2's ignores
+    them): a conversation rendered with a probe tool must name it."""
+    try:
+        text = tokenizer.apply_chat_template([{"role": "user", "content": "q"}], tools=[_PROBE], tokenize=False,
+                                             add_generation_prompt=True)
+    except Exception:  # noqa: BLE001 - a template that rejects tools= does not render them
+        return False
+    return isinstance(text, str) and "rlvr_probe_7f3a" in text
+
+
+def with_tools(messages: list[dict], tools: Sequence[dict]) -> list[dict]:
+    """The fallback for a template that ignores ``tools=``: the tools and how to call them
+    (``rlvr.kit.tools.tools_prompt``) at the end of the system message, or as one (the
+    template's default system message, if it has one, is then replaced)."""
+    block = tools_prompt(tools)
+    if messages and messages[0]["role"] == "system":
+        return [{**messages[0], "content": f"{messages[0]['content']}\n\n{block}"}, *messages[1:]]
+    return [{"role": "system", "content": block}, *messages]
 
 
 def prefix_ids(tokenizer, prompt_cfg) -> list[int]:
@@ -65,12 +104,13 @@ def with_prefix(groups: Sequence[Sequence[Completion]], prompts: Sequence[Prompt
             for group, p in zip(groups, prompts)]
 
 
-def render_all(tokenizer, prompt_cfg, rows: Sequence[dict]) -> list[Prompt]:
+def render_all(tokenizer, prompt_cfg, rows: Sequence[dict], tools: Sequence[dict] = ()) -> list[Prompt]:
     """Every row's prompt, ids, text and messages, rendered once (the response prefix's tokens
-    once for all)."""
+    once for all); ``tools``: the schemas of the tools the model may call."""
     out, tail = [], prefix_ids(tokenizer, prompt_cfg)
+    native = template_renders_tools(tokenizer) if tools and tokenizer.chat_template is not None else None
     for row in rows:
-        ids, messages = _render(tokenizer, prompt_cfg, row)
+        ids, messages = _render(tokenizer, prompt_cfg, row, tools, native)
         ids = ids + tail
         out.append(Prompt(ids, tokenizer.decode(ids, skip_special_tokens=False), messages, prompt_cfg.response_prefix))
     return out
@@ -146,7 +186,7 @@ def load_prompt_set(recipe, registry, tokenizer, *, split: str) -> PromptSet:
     """The train (``split="train"``) or evaluation rows of a recipe with their rendered prompts,
     after ``data.pool_file`` (train rows only) and ``data.max_prompt_tokens``."""
     from rlvr.recipe.pool_file import select_rows
-    from rlvr.recipe.resolve import load_rows
+    from rlvr.recipe.resolve import load_rows, recipe_tools
 
     if split == "train":
         ref, name, prompt, limit = recipe.task, recipe.data.train_split, recipe.prompt, recipe.data.train_limit
@@ -167,7 +207,8 @@ def load_prompt_set(recipe, registry, tokenizer, *, split: str) -> PromptSet:
         if not kept:
             raise RlvrError(f"task {ref.name!r} split {name!r}: every prompt is one of prompt.shots")
     rows = kept
-    return fit_prompts(rows, render_all(tokenizer, prompt, rows), recipe.data.max_prompt_tokens,
+    tools = [t.schema for t in recipe_tools(recipe, registry)]
+    return fit_prompts(rows, render_all(tokenizer, prompt, rows, tools), recipe.data.max_prompt_tokens,
                        recipe.data.overlong_prompts, f"task {ref.name!r} split {name!r}", positions)
 
 
