@@ -425,8 +425,12 @@ def test_builtin_reward_defaults_and_edges_pass_their_own_checks():
     from rlvr_plugins import code_reward, sandbox
 
     registry = load_registry(get_plugin_manager())
+    must_set = {"reward_model": "model"}  # no default could name the scorer: a recipe must set it
     for spec in registry.rewards.values():
-        assert spec.check_options(spec.options) == spec.options, spec.name  # defaults are allowed values
+        defaults = {k: v for k, v in spec.options.items() if must_set.get(spec.name) != k}
+        assert spec.check_options(defaults) == defaults, spec.name  # defaults are allowed values
+    with pytest.raises(RlvrError, match="reward 'reward_model' option model: '': no model given"):
+        registry.reward("reward_model").check_options(registry.reward("reward_model").options)
     code = registry.reward("code")
     assert code.check_options({"timeout": 3600, "memory_mb": 64, "isolation": "process"})["timeout"] == 3600.0
     assert typing_args(code_reward.Isolation) == sandbox.ISOLATION_LEVELS

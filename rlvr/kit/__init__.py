@@ -20,6 +20,12 @@ same (``tests/test_layout.py`` fails when one imports a private module). What is
   ``RLVR_DATA_DIR``), ``cache_dir`` (rlvr's cache: ``RLVR_CACHE_DIR``), ``in_test_split``
   (the held-out side of a dataset without a test split, by a hash of each item's text or row);
 - scoring: ``soft_overlong_penalty`` (DAPO's length shaping);
+- templates, in their own module ``rlvr.kit.template``: ``fields`` and ``fill`` for text with
+  ``{{name}}`` fields (the syntax of rlvr's prompts, and of the ``judge`` reward's rubric);
+- services, in their own module ``rlvr.kit.http``: ``post_json`` (JSON to a URL, with a deadline
+  per attempt, retries with backoff, a cap on the answer, no redirects, the secret kept out of
+  every reason), ``read_secret`` (a bearer secret from a file or an environment variable),
+  ``check_url``, ``redact``, ``cleartext`` (the ``http`` and ``judge`` rewards use them);
 - files a user named, written without following a planted link: ``replacing`` (a file replaced
   whole through a temporary file, or a FIFO/device written in place), ``write_replacing``,
   ``open_append`` (a log), ``open_folder`` (a folder's descriptor, walked name by name),

@@ -115,7 +115,9 @@ def _check_task(registry: Registry, ref: TaskRef, prompt: PromptConfig, splits: 
             )
     _check_prompt(registry, columns, task.name, prompt, recipe, where, imported)
     for name, entry, spec in reward_specs(recipe, registry, imported):
-        spec.check_options(entry.options)  # names, types, choices and ranges, from the reward's signature
+        # names, types, choices and ranges, from the reward's signature; the defaults too, so that
+        # an option a recipe must set (reward_model's model) is refused here when it is not
+        spec.check_options({**spec.options, **entry.options})
         for param, column in entry.columns.items():
             if param not in spec.columns + spec.optional_columns:
                 raise RlvrError(f"rewards.{name}.columns: reward {name!r} takes no column {param!r}")

@@ -10,6 +10,7 @@ Its submodules serve the tests of one part each:
 - ``learner``: the learner on the recorded reference batches with a plain-torch optimizer;
 - ``recipes``: the smallest valid recipe;
 - ``docs``: the fenced blocks of a markdown file, and recipes among them;
+- ``loopback``: a JSON service on loopback that answers as a test says (the ``http`` and ``judge`` rewards');
 - ``skips``: the rule ``make test`` runs under (``--no-skips``): a skip is a failure unless this
   machine explains it.
 """

@@ -1,0 +1,293 @@
+"""The ``judge`` reward: a language model grades each completion against a rubric.
+
+The rubric (``""``: ``DEFAULT_RUBRIC``, which shows the prompt and the completion and asks for
+``Score: X/10``) is a template with rlvr's fields (``rlvr.kit.template``): ``{{prompt}}`` (the prompt's
+text), ``{{completion}}`` (the completion's text), ``{{answer}}`` (the row's ``answer`` column,
+mapped from another with ``rewards.judge.columns``) and any other column of the row by name (a
+list or object is shown as JSON). It is sent to an OpenAI-compatible server (vLLM, SGLang,
+llama.cpp, a hosted API) at ``base_url``: as the user's message to ``/chat/completions``
+(``api: chat``, after ``system`` when one is given), or as the prompt of ``/completions``
+(``api: completions``: ``system``, a blank line, the rubric), with ``model``, ``temperature``
+and ``max_tokens``, and ``Authorization: Bearer <key>`` from ``secret_file`` or ``secret_env``.
+
+The judgement is read by ``parse_judgement``:
+
+- text up to the last ``</think>`` is the judge's reasoning and is dropped; a judgement still
+  inside ``<think>`` (cut at ``max_tokens``) has no verdict;
+- a verdict is ``Score: X/N`` or ``Score: X out of N`` (the label may also be ``Rating`` or
+  ``Grade``, in any case, with ``**`` or ``=`` around the colon), worth X/N; ``Score: X`` or
+  ``[[X]]`` (MT-Bench's), worth X/``scale``; ``[[X/N]]``, worth X/N; ``VERDICT: CORRECT``,
+  worth 1, and ``VERDICT: INCORRECT``, worth 0 (any case);
+- the last verdict in the text counts; one outside its range (X < 0 or X > N) counts as none;
+- no verdict: ``None`` with ``why`` starting "unparseable" (never 0: a judge that failed to
+  answer says nothing about the completion).
+
+A record is judged once for identical (server, model, system, rendered rubric, temperature,
+max_tokens): duplicates in a batch share one request, and judgements that parsed are kept in a
+per-process cache of ``cache_size`` entries (0: none), least recently used out first; a judgement
+that did not parse is asked again next time. At most ``max_concurrent`` requests run at a time.
+
+``reward_info`` holds the ``judgement`` (its last 1000 characters), the ``verdict`` read, the
+request's ``seconds`` and ``attempts`` and the server's token ``usage`` (the cost) for the record
+that made the request; ``cached: true`` for one judged by an earlier request (no cost of its own).
+A request that got no usable answer (``rlvr.kit.http``: refused, timed out, 5xx after its retries,
+too large, not JSON) leaves its records ``None`` with the reason, and never raises into training.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from collections import OrderedDict
+from concurrent.futures import ThreadPoolExecutor
+from typing import Annotated, Any, Literal
+
+from annotated_types import Ge, Gt, Le
+from pydantic import AfterValidator
+
+from rlvr import RlvrError, Score, hookimpl
+from rlvr.kit import completion_text, one_line
+from rlvr.kit.http import HttpFailure, check_url, post_json, redact
+from rlvr.kit.template import fields, fill
+
+from .services import (Backoff, Concurrency, ResponseBytes, Retries, SecretEnv, SecretFile, Seconds,
+                       secret_for)
+
+__all__ = ["judge_reward", "parse_judgement", "rlvr_register_rewards", "DEFAULT_RUBRIC"]
+
+DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"  # `vllm serve`'s default address
+DEFAULT_RUBRIC = """You are grading a response to a task.
+
+[Task]
+{{prompt}}
+
+[Response]
+{{completion}}
+
+Judge how well the response accomplishes the task: correctness first, then completeness and clarity. \
+Explain briefly, then end with one line "Score: X/10", X an integer from 0 (wrong or useless) to 10 \
+(correct, complete and clear)."""
+JUDGEMENT_CHARS = 1000  # what reward_info keeps of a judgement: its end, where the verdict is
+
+Api = Literal["chat", "completions"]
+
+
+def _base_url(url: str) -> str:
+    check_url(url)
+    if re.search(r"/(chat/)?completions/?$", url.split("?", 1)[0]):
+        raise ValueError("give the server's base URL (e.g. http://127.0.0.1:8000/v1), without /chat/completions "
+                         "or /completions: api chooses the route")
+    return url
+
+
+def _template(text: str) -> str:
+    try:
+        fields(text)
+    except RlvrError as exc:
+        raise ValueError(str(exc)) from None
+    return text
+
+
+def _rubric(text: str) -> str:
+    if text and "completion" not in fields(_template(text)):
+        raise ValueError("the rubric never shows {{completion}}: the judge would grade nothing")
+    return text
+
+
+BaseUrl = Annotated[str, AfterValidator(_base_url)]
+Rubric = Annotated[str, AfterValidator(_rubric)]
+System = Annotated[str, AfterValidator(_template)]
+
+
+@hookimpl
+def rlvr_register_rewards(register: Any) -> None:
+    register("judge", judge_reward,
+             description="an LLM on an OpenAI-compatible server grades the completion against a rubric; "
+             "the last 'Score: X/N', '[[X]]' or 'VERDICT: CORRECT/INCORRECT' it writes, in [0, 1]",
+             gold=("answer",))  # a rubric's reference answer: the prompt must not show it
+
+
+# ---- the verdict -------------------------------------------------------------------------------
+
+_NUMBER = r"[-+]?\d+(?:\.\d+)?"
+_SCORE = re.compile(rf"\b(?:score|rating|grade)\b[*_ \t]*[:=][*_ \t]*({_NUMBER})"
+                    rf"(?:[ \t]*(?:/|out[ \t]+of)[ \t]*({_NUMBER}))?", re.IGNORECASE)
+_BRACKETS = re.compile(rf"\[\[\s*({_NUMBER})\s*(?:/\s*({_NUMBER})\s*)?\]\]")
+_VERDICT = re.compile(r"\bverdict\b[*_ \t]*[:=][*_ \t\[\"']*(incorrect|correct)\b", re.IGNORECASE)
+
+
+def parse_judgement(text: str, scale: float = 10.0) -> tuple[float | None, str]:
+    """(the judgement's score in [0, 1], the verdict it was read from), or (None, why none could
+    be read): the rules are the module docstring's."""
+    cut = text.rfind("</think>")
+    if cut >= 0:
+        text = text[cut + len("</think>"):]
+    elif "<think>" in text:
+        return None, "unparseable: the judgement ended inside <think> (raise max_tokens?)"
+    found = [(m.start(), "score", m) for m in _SCORE.finditer(text)]
+    found += [(m.start(), "brackets", m) for m in _BRACKETS.finditer(text)]
+    found += [(m.start(), "verdict", m) for m in _VERDICT.finditer(text)]
+    if not found:
+        return None, "unparseable: no 'Score: X/N', '[[X]]' or 'VERDICT: CORRECT/INCORRECT' in the judgement"
+    _, kind, m = max(found, key=lambda f: f[0])
+    said = one_line(m.group(0), 80)
+    if kind == "verdict":
+        return (0.0 if m.group(1).lower() == "incorrect" else 1.0), said
+    x, top = float(m.group(1)), float(m.group(2)) if m.group(2) else scale
+    if top <= 0 or not 0 <= x <= top:
+        return None, f"unparseable: {said!r} is outside 0..{top:g}"
+    return x / top, said
+
+
+# ---- the cache ---------------------------------------------------------------------------------
+
+_cache: OrderedDict[str, tuple[float, dict]] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+def _cached(key: str) -> tuple[float, dict] | None:
+    with _cache_lock:
+        hit = _cache.get(key)
+        if hit is not None:
+            _cache.move_to_end(key)
+        return hit
+
+
+def _keep(key: str, value: float, info: dict, limit: int) -> None:
+    with _cache_lock:
+        _cache[key] = (value, info)
+        _cache.move_to_end(key)
+        while len(_cache) > limit:
+            _cache.popitem(last=False)
+
+
+# ---- the reward --------------------------------------------------------------------------------
+
+
+def judge_reward(
+    prompts: list[str],
+    completions: list[Any],
+    completion_ids: list[Any],
+    *,
+    answer: list[Any] | None = None,
+    base_url: BaseUrl = DEFAULT_BASE_URL,
+    model: str = "",
+    rubric: Rubric = "",
+    system: System = "",
+    api: Api = "chat",
+    temperature: Annotated[float, Ge(0), Le(2)] = 0.0,
+    max_tokens: Annotated[int, Ge(1), Le(1 << 20)] = 512,
+    scale: Annotated[float, Gt(0)] = 10.0,
+    secret_file: SecretFile = "",
+    secret_env: SecretEnv = "",
+    timeout_s: Seconds = 60.0,
+    retries: Retries = 2,
+    backoff_s: Backoff = 0.5,
+    max_concurrent: Concurrency = 8,
+    cache_size: Annotated[int, Ge(0), Le(10_000_000)] = 10_000,
+    max_response_bytes: ResponseBytes = 1 << 20,
+    **columns: list[Any],
+) -> list[Score]:
+    n = len(completions)
+    secret, problem = secret_for("judge", base_url, secret_file, secret_env)
+    if problem:
+        return [Score(None, {"why": problem})] * n
+    columns = {**columns, **({"answer": answer} if answer is not None else {})}
+    url = base_url.rstrip("/") + ("/chat/completions" if api == "chat" else "/completions")
+    scores: list[Score | None] = [None] * n
+    asks: dict[str, tuple[dict, list[int]]] = {}  # key -> (request body, records it judges)
+    for i in range(n):
+        values = {"prompt": prompts[i], "completion": completion_text(completions[i])}
+        try:
+            text = fill(rubric or DEFAULT_RUBRIC, lambda name: _field(name, i, values, columns))
+            said = fill(system, lambda name: _field(name, i, values, columns))
+        except _Missing as missing:
+            scores[i] = Score(None, {"why": str(missing)})
+            continue
+        body = _request(api, model, said, text, temperature, max_tokens)
+        key = hashlib.sha256(json.dumps([url, body], sort_keys=True).encode()).hexdigest()
+        hit = _cached(key) if cache_size else None
+        if hit is not None:
+            scores[i] = Score(hit[0], {**hit[1], "cached": True})
+        else:
+            asks.setdefault(key, (body, []))[1].append(i)
+
+    def ask(item: tuple[str, tuple[dict, list[int]]]) -> tuple[float | None, dict]:
+        key, (body, _) = item
+        try:
+            got = post_json(url, body, secret=secret, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s,
+                            max_response_bytes=max_response_bytes)
+        except HttpFailure as failure:
+            return None, {"why": str(failure), "attempts": failure.attempts}
+        value, info = _judged(redact(got.body, secret), api, scale)
+        if value is not None and cache_size:
+            _keep(key, value, info, cache_size)
+        usage = _usage(got.body)
+        return value, {**info, "seconds": round(got.seconds, 4), "attempts": got.attempts,
+                       **({"usage": usage} if usage else {})}
+
+    if asks:
+        with ThreadPoolExecutor(max_workers=min(max_concurrent, len(asks)), thread_name_prefix="rlvr-judge") as pool:
+            for (_, records), (value, info) in zip(asks.values(), pool.map(ask, asks.items())):
+                scores[records[0]] = Score(value, info)
+                for i in records[1:]:  # the same request: its cost is the first record's
+                    scores[i] = Score(value, info) if value is None else Score(value, {
+                        **{k: v for k, v in info.items() if k not in ("seconds", "attempts", "usage")}, "cached": True})
+    return scores  # type: ignore[return-value]
+
+
+class _Missing(Exception):
+    """A field of the rubric that the record has no value for."""
+
+
+def _field(name: str, i: int, values: dict[str, str], columns: dict[str, list[Any]]) -> str:
+    if name in values:
+        return values[name]
+    value = columns[name][i] if name in columns else None
+    if value is None:
+        raise _Missing(f"the rubric's {{{{{name}}}}}: the record has no {name!r} column")
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False, default=lambda v: v.tolist())
+    except (TypeError, ValueError, AttributeError):
+        return str(value)
+
+
+def _request(api: str, model: str, system: str, text: str, temperature: float, max_tokens: int) -> dict:
+    if api == "chat":
+        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+        body: dict[str, Any] = {"messages": messages}
+    else:
+        body = {"prompt": f"{system}\n\n{text}" if system else text}
+    return {**({"model": model} if model else {}), **body, "temperature": temperature, "max_tokens": max_tokens}
+
+
+def _judged(body: Any, api: str, scale: float) -> tuple[float | None, dict]:
+    """The score and info of a server's answer (OpenAI's shape: ``choices[0].message.content`` or
+    ``choices[0].text``)."""
+    try:
+        choice = body["choices"][0]
+        text = choice["message"]["content"] if api == "chat" else choice["text"]
+    except (KeyError, IndexError, TypeError):
+        where = "choices[0].message.content" if api == "chat" else "choices[0].text"
+        return None, {"why": f"the answer has no {where}"}
+    if isinstance(text, list):  # content parts
+        text = "".join(p.get("text", "") for p in text if isinstance(p, dict))
+    if not isinstance(text, str):
+        return None, {"why": f"the answer's judgement is a JSON {type(text).__name__}, not text"}
+    value, said = parse_judgement(text, scale)
+    info = {"judgement": text if len(text) <= JUDGEMENT_CHARS else "..." + text[-JUDGEMENT_CHARS:]}
+    if value is None:
+        cut = " (cut at max_tokens)" if choice.get("finish_reason") == "length" else ""
+        return None, {**info, "why": said + cut}
+    return value, {**info, "verdict": said}
+
+
+def _usage(body: Any) -> dict[str, int]:
+    usage = body.get("usage") if isinstance(body, dict) else None
+    if not isinstance(usage, dict):
+        return {}
+    return {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}

@@ -1,0 +1,353 @@
+"""POSTing JSON to a service that scores or judges, within the limits a training run needs.
+
+A reward that asks a service (``http``, ``judge``) must neither hang a run nor let a service it
+does not control make it read without end, go elsewhere, or say its secret. ``post_json`` gives:
+
+- one deadline per attempt for the whole exchange (connect, send, the answer's headers and
+  body): a server that answers a byte a second is cut at ``timeout_s`` as one that never answers
+  is (a watchdog shuts the socket, which wakes the blocked read);
+- a cap on the answer's size (``max_response_bytes``): a longer answer is refused, unread;
+- no redirects: a 3xx is a failure naming where it pointed (following one would carry the
+  request, and its secret, to whatever host the server names);
+- retries of what may pass (no connection, a timeout, a dropped connection, HTTP 408, 425, 429
+  and 5xx) with exponential backoff and jitter (``backoff_s``, doubling each time, times a random
+  factor in [0.5, 1.5) drawn from the system's generator, so ranks seeded alike do not retry in
+  step; a ``Retry-After`` of seconds is waited for; no wait is over ``MAX_BACKOFF_S``); another
+  4xx, or an answer that is not JSON, is not retried. An attempt never outlasts ``timeout_s``, so
+  a call ends within ``(retries + 1) * timeout_s`` plus its waits;
+- reasons (``HttpFailure``) of one line, the server's own words escaped and cut short, with the
+  secret written ``<secret>`` should a server echo it back (``redact`` does the same to an answer).
+
+``read_secret`` takes the bearer secret from a file or an environment variable, never from an
+option's value; ``check_url`` refuses what is not ``http(s)://host[:port]/path`` (credentials in
+the address included: they belong in the secret). Connections go straight to the URL's host:
+proxy variables (``HTTPS_PROXY``) are not read. https checks the host's certificate against the
+system's authorities (or those ``SSL_CERT_FILE`` names); a certificate that fails is not retried.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import http.client
+import ipaddress
+import json
+import os
+import random
+import re
+import socket
+import ssl
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any, Mapping
+from urllib.parse import urlsplit
+
+from rlvr.kit.data import parse_json
+from rlvr.kit.text import escape_controls, one_line
+
+__all__ = ["HttpAnswer", "HttpFailure", "MAX_BACKOFF_S", "check_url", "cleartext", "post_json", "read_secret", "redact"]
+
+MAX_BACKOFF_S = 30.0
+RETRYABLE_STATUS = frozenset({408, 425, 429})  # and every 5xx
+_CHUNK = 1 << 16
+_ERROR_BYTES = 1 << 16  # what is read of an error's body, for its first words
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_JITTER = random.SystemRandom()  # not the run's seeded generator: ranks must not retry in step
+
+
+class HttpFailure(Exception):
+    """Why a POST gave no usable answer, in one line (``str()``), the secret written out of it."""
+
+    def __init__(self, why: str, *, retryable: bool = False, status: int | None = None,
+                 retry_after: float | None = None, attempts: int = 1):
+        super().__init__(why)
+        self.why, self.retryable, self.status, self.retry_after = why, retryable, status, retry_after
+        self.attempts = attempts
+
+
+@dataclass(frozen=True)
+class HttpAnswer:
+    """A JSON answer: its parsed body, HTTP status, how many attempts it took and the seconds they
+    took with the waits between them."""
+
+    body: Any
+    status: int
+    attempts: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Target:
+    https: bool
+    host: str
+    port: int
+    path: str
+
+    def connection(self, timeout_s: float) -> http.client.HTTPConnection:
+        if self.https:
+            return http.client.HTTPSConnection(self.host, self.port, timeout=timeout_s, context=_tls())
+        return http.client.HTTPConnection(self.host, self.port, timeout=timeout_s)
+
+
+_TLS: dict[tuple[str | None, str | None], ssl.SSLContext] = {}
+_TLS_LOCK = threading.Lock()
+
+
+def _tls() -> ssl.SSLContext:
+    """Certificates checked, hostnames too, against the system's authorities or those that
+    ``SSL_CERT_FILE`` or ``SSL_CERT_DIR`` name (a private CA's); made once for each (loading
+    them takes a while)."""
+    where = (os.environ.get("SSL_CERT_FILE"), os.environ.get("SSL_CERT_DIR"))
+    with _TLS_LOCK:
+        if where not in _TLS:
+            _TLS[where] = ssl.create_default_context()
+        return _TLS[where]
+
+
+def _target(url: str) -> _Target:
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ValueError(f"not a URL: {one_line(exc)}") from None
+    if parts.scheme not in ("http", "https"):
+        raise ValueError("a URL starts with http:// or https://")
+    if not parts.hostname:
+        raise ValueError("the URL names no host")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("credentials in the URL would be logged with it: give them with secret_file or secret_env")
+    if parts.fragment:
+        raise ValueError("a URL to POST to has no #fragment")
+    if any(c.isspace() or not c.isprintable() for c in url):
+        raise ValueError("the URL holds spaces or control characters")
+    if not url.isascii():
+        raise ValueError("the URL holds non-ASCII characters: percent-encode them (a host in its xn-- form)")
+    https = parts.scheme == "https"
+    path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    return _Target(https, parts.hostname, port or (443 if https else 80), path)
+
+
+def check_url(url: str) -> str:
+    """``url`` when it is ``http(s)://host[:port][/path][?query]`` without credentials, else a
+    one-line ``ValueError`` saying what is wrong (an option validator's contract)."""
+    _target(url)
+    return url
+
+
+def cleartext(url: str) -> bool:
+    """Whether a secret sent to ``url`` would cross a network unencrypted: plain http to a host
+    other than this one's loopback."""
+    target = _target(url)
+    if target.https or target.host == "localhost":
+        return False
+    try:
+        return not ipaddress.ip_address(target.host).is_loopback
+    except ValueError:
+        return True
+
+
+def read_secret(secret_file: str = "", secret_env: str = "") -> str:
+    """The bearer secret: the first line of ``secret_file``, else the value of the environment
+    variable named ``secret_env``; ``""`` when neither is given. A file that cannot be read, an
+    unset or empty variable, or a secret with spaces or control characters (it could not travel
+    in a header) is a one-line ``ValueError`` that never holds the secret."""
+    if secret_file:
+        where = secret_file
+        try:
+            with open(os.path.expanduser(secret_file), encoding="utf-8") as f:
+                secret = f.readline().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"cannot read the secret file {secret_file}: "
+                             f"{getattr(exc, 'strerror', None) or one_line(exc)}") from None
+        if not secret:
+            raise ValueError(f"the secret file {secret_file} is empty (the secret is its first line)")
+    elif secret_env:
+        if not _ENV_NAME.fullmatch(secret_env):
+            raise ValueError(f"{secret_env!r} is not the name of an environment variable (name it, not the secret)")
+        where = f"${secret_env}"
+        secret = os.environ.get(secret_env, "").strip()
+        if not secret:
+            raise ValueError(f"the environment variable {secret_env} is not set or empty")
+    else:
+        return ""
+    if not _fits_a_header(secret):
+        raise ValueError(f"the secret in {where} holds spaces, control or non-ASCII characters")
+    return secret
+
+
+def _fits_a_header(secret: str) -> bool:
+    """Whether ``secret`` can travel in an ``Authorization`` header as it is (printable ASCII, no
+    spaces): anything else would make the HTTP library raise an error quoting it."""
+    return secret.isascii() and all(c.isprintable() and not c.isspace() for c in secret)
+
+
+def _redacted(text: str, secret: str) -> str:
+    return text.replace(secret, "<secret>") if secret else text
+
+
+def redact(value: Any, secret: str) -> Any:
+    """``value`` (parsed JSON) with ``secret`` written ``<secret>`` in every string, keys too: what
+    a server answers is kept in logs and samples, and a server may echo what it was sent."""
+    if not secret:
+        return value
+    if isinstance(value, str):
+        return _redacted(value, secret)
+    if isinstance(value, dict):
+        return {redact(k, secret): redact(v, secret) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(v, secret) for v in value]
+    return value
+
+
+def _snippet(body: bytes, secret: str) -> str:
+    text = _redacted(body.decode("utf-8", "replace"), secret)[:400]  # redacted whole: a cut could leave part of it
+    return escape_controls(one_line(text, 200)) if text.strip() else "(no body)"
+
+
+class _Watchdog:
+    """Shuts the socket it watches ``timeout_s`` after it was made: whatever read or write blocks
+    on it then returns, and ``fired`` says why. (Not the connection's ``sock``: http.client lets go
+    of it once the answer's headers say the connection will close, while the answer is still read.)"""
+
+    def __init__(self, timeout_s: float):
+        self.fired, self.sock, self.lock = False, None, threading.Lock()
+        self.timer = threading.Timer(timeout_s, self._fire)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def watch(self, sock: socket.socket) -> None:
+        with self.lock:
+            self.sock = sock
+            if self.fired:
+                self._shut()
+
+    def _fire(self) -> None:
+        with self.lock:
+            self.fired = True
+            self._shut()
+
+    def _shut(self) -> None:
+        if self.sock is not None:
+            try:  # socket.socket's own: an SSLSocket's shutdown would drop its TLS state under the reader
+                socket.socket.shutdown(self.sock, socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cancel(self) -> None:
+        self.timer.cancel()
+
+
+def _retry_after(value: str | None) -> float | None:
+    try:
+        return max(0.0, float(value)) if value else None
+    except ValueError:  # an HTTP date: not worth a parser; the backoff applies
+        return None
+
+
+def _read(response: http.client.HTTPResponse, max_bytes: int, whole: bool = True) -> bytes:
+    """The answer's body, at most ``max_bytes``: a longer one is a failure when ``whole``, else cut
+    there (an error's body is read for its first words only)."""
+    length = response.getheader("content-length")
+    if whole and length and length.strip().isdigit() and int(length) > max_bytes:
+        raise HttpFailure(f"HTTP {response.status}: an answer of {int(length)} bytes, over max_response_bytes "
+                          f"({max_bytes})", status=response.status)
+    chunks, size = [], 0
+    while chunk := response.read(min(_CHUNK, max_bytes + 1 - size)):
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > max_bytes:
+            if not whole:
+                break
+            raise HttpFailure(f"HTTP {response.status}: an answer over max_response_bytes ({max_bytes} bytes)",
+                              status=response.status)
+    return b"".join(chunks)[:max_bytes]
+
+
+def _attempt(target: _Target, payload: bytes, headers: Mapping[str, str], timeout_s: float, max_bytes: int,
+             secret: str) -> tuple[int, bytes]:
+    connection = target.connection(timeout_s)
+    watchdog = _Watchdog(timeout_s)
+    try:
+        connection.connect()  # within timeout_s (the socket's timeout), TLS handshake included
+        watchdog.watch(connection.sock)
+        connection.request("POST", target.path, body=payload, headers=dict(headers))
+        response = connection.getresponse()
+        status = response.status
+        if 300 <= status < 400:
+            where = urlsplit(response.getheader("location") or "")
+            to = f"{where.scheme}://{where.netloc}{where.path}" if where.netloc else where.path
+            to = f" to {escape_controls(one_line(_redacted(to, secret), 200))}" if to else ""
+            raise HttpFailure(f"HTTP {status}: redirected{to}; "
+                              "redirects are not followed: give the final address", status=status)
+        body = _read(response, max_bytes) if status < 400 else _read(response, min(max_bytes, _ERROR_BYTES), False)
+        if watchdog.fired:  # the socket was shut under the read: what came is cut short
+            raise TimeoutError
+        if status < 400 and response.length:  # bytes announced that never came
+            raise HttpFailure(f"HTTP {status}: the answer ended {response.length} bytes short of its Content-Length",
+                              retryable=True, status=status)
+    except HttpFailure:
+        raise
+    except ssl.SSLCertVerificationError as exc:  # the same next time (a ValueError too, hence first)
+        raise HttpFailure(f"{target.host}: {one_line(exc.verify_message or str(exc), 200)}") from None
+    except ValueError as exc:  # what http.client refuses to send (never the secret: it is checked first)
+        raise HttpFailure(f"cannot send the request: {escape_controls(one_line(_redacted(str(exc), secret), 200))}"
+                          ) from None
+    except (OSError, http.client.HTTPException) as exc:
+        if watchdog.fired or isinstance(exc, TimeoutError):
+            raise HttpFailure(f"no answer within {timeout_s:g} s", retryable=True) from None
+        if isinstance(exc, ConnectionRefusedError):
+            raise HttpFailure(f"connection refused by {target.host}:{target.port}", retryable=True) from None
+        said = one_line(f"{type(exc).__name__}: {_redacted(str(exc), secret)}", 200)
+        raise HttpFailure(f"{escape_controls(said)} ({target.host}:{target.port})",
+                          retryable=True) from None
+    finally:
+        watchdog.cancel()
+        connection.close()
+    if status >= 400:
+        raise HttpFailure(f"HTTP {status} {escape_controls(one_line(response.reason or '', 60))}: "
+                          f"{_snippet(body, secret)}", retryable=status >= 500 or status in RETRYABLE_STATUS,
+                          status=status, retry_after=_retry_after(response.getheader("retry-after")))
+    return status, body
+
+
+def _wait(attempt: int, backoff_s: float, retry_after: float | None) -> float:
+    delay = backoff_s * 2 ** (attempt - 1) * _JITTER.uniform(0.5, 1.5)
+    return min(MAX_BACKOFF_S, max(delay, retry_after or 0.0))
+
+
+def post_json(url: str, payload: bytes | Any, *, secret: str = "", timeout_s: float = 30.0, retries: int = 2,
+              backoff_s: float = 0.5, max_response_bytes: int = 1 << 20,
+              headers: Mapping[str, str] | None = None) -> HttpAnswer:
+    """POST ``payload`` (JSON bytes, or a value to encode) to ``url`` and read the JSON answer,
+    with ``Authorization: Bearer <secret>`` when a secret is given; raises ``HttpFailure`` when
+    no usable answer came after ``retries`` retries (see the module docstring)."""
+    try:
+        target = _target(url)
+    except ValueError as exc:
+        raise HttpFailure(f"url {url!r}: {exc}") from None
+    if secret and not _fits_a_header(secret):
+        raise HttpFailure("the secret holds spaces, control or non-ASCII characters")
+    if not isinstance(payload, bytes):
+        payload = json.dumps(payload, ensure_ascii=False, allow_nan=False).encode()
+    sent = {"Content-Type": "application/json", "Accept": "application/json", "User-Agent": "rlvr", **(headers or {})}
+    if secret:
+        sent["Authorization"] = f"Bearer {secret}"
+    start = time.monotonic()
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            status, body = _attempt(target, payload, sent, timeout_s, max_response_bytes, secret)
+        except HttpFailure as failure:
+            if failure.retryable and attempt <= retries:
+                time.sleep(_wait(attempt, backoff_s, failure.retry_after))
+                continue
+            after = f" (after {attempt} attempts)" if attempt > 1 else ""
+            raise HttpFailure(failure.why + after, retryable=failure.retryable, status=failure.status,
+                              attempts=attempt) from None
+        try:
+            answer = parse_json(body)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise HttpFailure(f"HTTP {status}, but the answer is not JSON ({one_line(str(exc), 80)}): "
+                              f"{_snippet(body, secret)}", status=status, attempts=attempt) from None
+        return HttpAnswer(answer, status, attempt, time.monotonic() - start)

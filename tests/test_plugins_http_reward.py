@@ -1,0 +1,425 @@
+"""The ``http`` reward (plugins/http_reward.py, rlvr/kit/http.py) against loopback servers that
+behave and that do not, and the reference server of examples/reward-server end to end."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from helpers import ROOT, wait_until
+from helpers.docs import check_recipe, recipe_blocks
+from helpers.loopback import Service, serving
+from helpers.runs import listening_sockets
+
+from rlvr import RlvrError
+from rlvr.host.registry import load_registry
+from rlvr.rewards.runner import BoundReward, score_batch
+from rlvr_plugins.http_reward import http_reward
+
+SECRET = "s3cret-token-for-the-http-reward-tests"
+SERVER_SCRIPT = ROOT / "examples" / "reward-server" / "server.py"
+SELF_SIGNED = ROOT / "tests" / "data" / "loopback-self-signed.pem"  # key and certificate for 127.0.0.1, 100 years
+
+
+def scores_of_ones(h, body, n):
+    h.reply(body={"scores": [1.0] * len(body["records"])})
+
+
+@pytest.fixture
+def fake():
+    """A scoring service on loopback (``fake.behave`` answers; the default scores 1.0 each)."""
+    service = Service(lambda h, body, n: service.behave(h, body, n))
+    service.behave = scores_of_ones
+    service.url = service.address + "/score"
+    with serving(service):
+        yield service
+
+
+@pytest.fixture
+def secret_file(tmp_path):
+    path = tmp_path / "secret"
+    path.write_text(SECRET + "\n")
+    path.chmod(0o600)
+    return str(path)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def score(url, completions, prompts=None, **options):
+    prompts = prompts or [f"p{i}" for i in range(len(completions))]
+    options.setdefault("backoff_s", 0.0)
+    return http_reward(prompts, completions, [None] * len(completions), url=url, **options)
+
+
+def whys(scores):
+    return [s.info.get("why") for s in scores]
+
+
+# ------------------------------------------------------------------------------- the wire format
+
+
+def test_records_go_out_and_scores_come_back_in_the_documented_format(fake, secret_file):
+    fake.behave = lambda h, body, n: h.reply(body={"scores": [
+        0.5, None, {"score": 1, "why": "exact", "info": {"pred": "4"}}, {"score": None, "why": "no answer given"}, 2]})
+    chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "c4 in a chat"}]
+    out = score(fake.url, ["c0", "c1", "c2", "c3", chat], secret_file=secret_file, send_columns=("answer",),
+                answer=["a0", None, "a2", "a3", "a4"], hidden=["h"] * 5)
+    assert [s.value for s in out] == [0.5, None, 1.0, None, 2.0]
+    assert out[2].info["pred"] == "4" and out[2].info["why"] == "exact"
+    assert out[1].info["why"] == "the server returned null without a reason"
+    assert out[3].info["why"] == "no answer given"
+    assert out[0].info["http"]["status"] == 200 and out[0].info["http"]["attempts"] == 1
+    (_, headers, body), = fake.requests
+    assert headers["Authorization"] == f"Bearer {SECRET}" and headers["Content-Type"] == "application/json"
+    assert body == {"records": [
+        {"prompt": "p0", "completion": "c0", "answer": "a0"}, {"prompt": "p1", "completion": "c1", "answer": None},
+        {"prompt": "p2", "completion": "c2", "answer": "a2"}, {"prompt": "p3", "completion": "c3", "answer": "a3"},
+        {"prompt": "p4", "completion": "c4 in a chat", "answer": "a4"}]}  # 'hidden' is not named: not sent
+
+
+def test_a_column_no_record_has_leaves_the_batch_unscored_with_the_reason(fake):
+    out = score(fake.url, ["a", "b"], send_columns=("answr",), answer=["1", "2"])
+    assert [s.value for s in out] == [None, None] and "'answr'" in out[0].info["why"] and not fake.requests
+
+
+def test_a_record_json_cannot_hold_is_unscored_and_the_others_are_sent(fake):
+    import numpy as np
+
+    out = score(fake.url, ["a", "b", "c"], send_columns=("tests",), tests=[np.array([1, 2]), {1, 2}, np.int64(3)])
+    assert [s.value for s in out] == [1.0, None, 1.0]
+    assert out[1].info["why"] == "the record cannot be sent as JSON: TypeError: a set is not JSON"
+    (_, _, body), = fake.requests
+    assert [r["tests"] for r in body["records"]] == [[1, 2], 3]
+
+
+def test_big_batches_are_split_and_no_more_requests_run_at_once_than_allowed(fake):
+    def behave(h, body, n):
+        time.sleep(0.2)
+        h.reply(body={"scores": [int(r["completion"]) for r in body["records"]]})
+
+    fake.behave = behave
+    out = score(fake.url, [str(i) for i in range(10)], batch_size=3, max_concurrent=2)
+    assert [s.value for s in out] == list(range(10))
+    assert sorted(len(body["records"]) for _, _, body in fake.requests) == [1, 3, 3, 3]
+    assert fake.peak == 2
+
+
+# ------------------------------------------------------------------------------ hostile services
+
+
+def huge(h, body, n):
+    h.reply(raw=b"[" + b"1," * 50_000 + b"1]")
+
+
+def huge_without_length(h, body, n):
+    h.reply(raw=b" " * 100_000 + b"{}", length=False)
+
+
+def redirect(h, body, n):
+    h.reply(302, {}, headers={"Location": "http://elsewhere.invalid:9/steal"})
+
+
+@pytest.mark.parametrize("behave, why", [
+    (lambda h, body, n: h.reply(raw=b"{not json"), "HTTP 200, but the answer is not JSON"),
+    (lambda h, body, n: h.reply(body={"scores": [1.0]}), "the answer has 1 scores for 2 records"),
+    (lambda h, body, n: h.reply(body={"score": [1.0, 1.0]}), "the answer is an object without a 'scores' list"),
+    (lambda h, body, n: h.reply(body=[1.0, 1.0]), "the answer is a JSON array"),
+    (huge, "HTTP 200: an answer of 100003 bytes, over max_response_bytes (8192)"),
+    (huge_without_length, "HTTP 200: an answer over max_response_bytes (8192 bytes)"),
+    (lambda h, body, n: h.reply(404, {"error": "no such route"}), 'HTTP 404 Not Found: {"error": "no such route"}'),
+    (redirect, "HTTP 302: redirected to http://elsewhere.invalid:9/steal; redirects are not followed"),
+], ids=["malformed", "wrong-count", "no-scores", "not-an-object", "huge", "huge-unannounced", "404", "redirect"])
+def test_an_unusable_answer_leaves_its_records_unscored_with_the_reason_and_is_not_retried(fake, behave, why):
+    fake.behave = behave
+    out = score(fake.url, ["a", "b"], max_response_bytes=8192, retries=3)
+    assert [s.value for s in out] == [None, None]
+    assert out[0].info["why"].startswith(why), out[0].info["why"]
+    assert len(fake.requests) == 1  # none of these is retried (a redirect is not followed either)
+
+
+def test_a_score_that_is_no_number_spoils_only_its_record(fake):
+    fake.behave = lambda h, body, n: h.reply(raw=b'{"scores": [1, "0.5", true, {"score": "x"}, {"why": "w"}, 1e999,'
+                                                 b' [1], 0.25]}')
+    out = score(fake.url, list("abcdefgh"))
+    assert [s.value for s in out] == [1.0, None, None, None, None, None, None, 0.25]
+    assert whys(out)[1:7] == ["score 1 is a JSON string (\"0.5\"), not a number",
+                              "score 2 is a JSON boolean (true), not a number",
+                              "score 3 is a JSON string (\"x\"), not a number",
+                              "score 4 is an object without 'score'",
+                              "score 5 is Infinity, not a finite number",
+                              "score 6 is a JSON array ([1]), not a number"]
+
+
+def test_a_slow_server_is_cut_at_the_timeout_on_every_attempt(fake):
+    fake.behave = lambda h, body, n: time.sleep(3)
+    start = time.monotonic()
+    out = score(fake.url, ["a", "b"], timeout_s=0.4, retries=1)
+    took = time.monotonic() - start
+    assert [s.value for s in out] == [None, None]
+    assert out[0].info["why"] == "no answer within 0.4 s (after 2 attempts)"
+    assert len(fake.requests) == 2 and 0.8 <= took < 2.0, took
+
+
+@pytest.mark.parametrize("part", ["headers", "body"])
+def test_a_server_that_trickles_its_answer_is_cut_at_the_timeout_too(fake, part):
+    """Each byte in time for a per-read timeout, the whole far too late: the deadline is the attempt's."""
+    def trickle(h, body, n):
+        h.wfile.write(b"HTTP/1.0 200 OK\r\n" + (b"" if part == "headers" else b"Content-Length: 999\r\n\r\n"))
+        for _ in range(40):
+            h.wfile.write(b"x")
+            h.wfile.flush()
+            time.sleep(0.05)
+
+    fake.behave = trickle
+    start = time.monotonic()
+    out = score(fake.url, ["a"], timeout_s=0.5, retries=0)
+    assert out[0].value is None and out[0].info["why"] == "no answer within 0.5 s"
+    assert time.monotonic() - start < 1.5
+
+
+def test_a_5xx_is_retried_with_backoff_and_a_success_after_it_counts(fake):
+    fake.behave = lambda h, body, n: (h.reply(500, {"error": "busy"}) if n == 1 else
+                                      h.reply(body={"scores": [0.75] * len(body["records"])}))
+    out = score(fake.url, ["a", "b"], retries=2, backoff_s=0.05)
+    assert [s.value for s in out] == [0.75, 0.75] and out[0].info["http"]["attempts"] == 2
+    assert len(fake.requests) == 2
+
+
+def test_a_server_that_keeps_failing_is_tried_retries_plus_one_times(fake):
+    fake.behave = lambda h, body, n: h.reply(503, {"error": "down for maintenance"})
+    out = score(fake.url, ["a"], retries=2, backoff_s=0.01)
+    assert out[0].value is None and len(fake.requests) == 3
+    assert out[0].info["why"] == 'HTTP 503 Service Unavailable: {"error": "down for maintenance"} (after 3 attempts)'
+    assert out[0].info["http"]["attempts"] == 3
+
+
+def test_a_refused_connection_is_unscored_quickly():
+    port = closed_port()
+    start = time.monotonic()
+    out = score(f"http://127.0.0.1:{port}/score", ["a", "b"], retries=2, backoff_s=0.01)
+    assert [s.value for s in out] == [None, None]
+    assert out[0].info["why"] == f"connection refused by 127.0.0.1:{port} (after 3 attempts)"
+    assert time.monotonic() - start < 2
+
+
+def test_the_secret_never_reaches_the_infos_or_the_log(fake, secret_file, caplog, monkeypatch):
+    """A server that echoes the Authorization header back, in an error and in its scores."""
+    def echo(h, body, n):
+        said = h.headers["Authorization"]
+        if n == 1:
+            h.reply(500, {"error": f"bad token {said}"})
+        else:
+            h.reply(body={"scores": [{"score": None, "why": f"you sent {said}", "info": {said: said}}]})
+
+    fake.behave = echo
+    caplog.set_level(logging.DEBUG)
+    out = score(fake.url, ["a"], secret_file=secret_file, retries=0)
+    assert out[0].value is None and "bad token Bearer <secret>" in out[0].info["why"]
+    out += score(fake.url, ["a"], secret_file=secret_file, retries=0)
+    assert out[1].info["why"] == "you sent Bearer <secret>" and out[1].info["Bearer <secret>"] == "Bearer <secret>"
+    monkeypatch.setenv("HTTP_REWARD_TEST_KEY", SECRET)
+    out += score(fake.url, ["a"], secret_env="HTTP_REWARD_TEST_KEY", retries=0)
+    assert fake.requests[2][1]["Authorization"] == f"Bearer {SECRET}"  # the variable's secret was sent
+    assert SECRET not in repr([(s.value, s.info) for s in out]) and SECRET not in caplog.text
+    assert all(SECRET not in str(value) for _, _, body in fake.requests for value in body["records"])
+
+
+@pytest.fixture
+def https_fake():
+    """A scoring service on loopback behind TLS, with a self-signed certificate for 127.0.0.1."""
+    import ssl
+
+    service = Service(scores_of_ones)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(SELF_SIGNED)
+    service.socket = context.wrap_socket(service.socket, server_side=True)
+    service.url = f"https://127.0.0.1:{service.server_address[1]}/score"
+    with serving(service):
+        yield service
+
+
+def test_https_checks_the_certificate_and_a_failed_check_is_not_retried(https_fake, secret_file, monkeypatch):
+    out = score(https_fake.url, ["a"], secret_file=secret_file, retries=2)
+    assert out[0].value is None and not https_fake.requests
+    assert out[0].info["why"] == "127.0.0.1: self-signed certificate"  # once: not retried
+    monkeypatch.setenv("SSL_CERT_FILE", str(SELF_SIGNED))  # a private authority the user trusts
+    out = score(https_fake.url, ["a"], secret_file=secret_file)
+    assert out[0].value == 1.0 and https_fake.requests[0][1]["Authorization"] == f"Bearer {SECRET}"
+
+
+def test_a_secret_sent_in_clear_text_beyond_this_host_is_warned_about_once(secret_file, caplog):
+    url = "http://192.0.2.1:9/score"  # TEST-NET-1: never reached
+    for _ in range(2):
+        out = score(url, ["a"], secret_file=secret_file, timeout_s=0.2, retries=0)
+        assert out[0].value is None
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == ["http reward: its secret goes to http://192.0.2.1:9/score in clear text (http:// to another "
+                        "host); use https://"]
+    score("http://127.0.0.1:9/score", ["a"], secret_file=secret_file, retries=0)  # loopback: no warning
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) == 1
+
+
+def test_an_unreadable_secret_at_call_time_leaves_the_batch_unscored(fake, tmp_path):
+    out = score(fake.url, ["a"], secret_file=str(tmp_path / "gone"))
+    assert out[0].value is None and out[0].info["why"].startswith("no secret: cannot read the secret file")
+    assert not fake.requests
+
+
+# --------------------------------------------------------------------------------------- options
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return load_registry()
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"url": "ftp://example.org/"}, "option url: 'ftp://example.org/': a URL starts with http:// or https://"),
+    ({"url": "https://user:pw@example.org/"}, "credentials in the URL would be logged with it"),
+    ({"url": "http://:80/"}, "the URL names no host"),
+    ({"url": "http://exämple.org/"}, "the URL holds non-ASCII characters"),
+    ({"secret_file": "/no/such/secret"}, "option secret_file: '/no/such/secret': cannot read the secret file"),
+    ({"secret_env": "RLVR_TEST_UNSET_SECRET"}, "the environment variable RLVR_TEST_UNSET_SECRET is not set or empty"),
+    ({"secret_env": SECRET}, "is not the name of an environment variable (name it, not the secret)"),
+    ({"timeout_s": 0}, "option timeout_s: 0 is not a number > 0 and <= 3600"),
+    ({"retries": 11}, "option retries: 11 is not an integer >= 0 and <= 10"),
+    ({"batch_size": 0}, "option batch_size: 0 is not an integer >= 1"),
+    ({"max_response_bytes": 10}, "option max_response_bytes: 10 is not an integer >= 1024"),
+    ({"send_columns": ["completion"]}, "'completion' is always sent"),
+    ({"token": "x"}, "reward 'http' has no option 'token'"),
+])
+def test_bad_options_are_one_line_errors_before_anything_is_scored(registry, options, message):
+    with pytest.raises(RlvrError) as err:
+        BoundReward(registry.reward("http"), 1.0, options)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_options_a_recipe_gives_are_taken(registry, secret_file):
+    bound = BoundReward(registry.reward("http"), 1.0, {"send_columns": "answer", "secret_file": secret_file,
+                                                      "timeout_s": 5, "url": "https://scores.example.org/v2?x=1"})
+    assert bound.options["send_columns"] == ("answer",) and bound.options["timeout_s"] == 5.0
+
+
+def test_the_runner_reports_why_a_down_server_scored_nothing(registry):
+    """rlvr's reward runner, as training calls it: every sample unscorable, and the step's line
+    says which reward and why (trainer.max_unscored_steps takes it from there)."""
+    port = closed_port()
+    bound = BoundReward(registry.reward("http"), 1.0, {"url": f"http://127.0.0.1:{port}/score", "retries": 0})
+    batch = score_batch([bound], ["p"] * 3, ["c"] * 3, [None] * 3, [{}] * 3)
+    assert batch.total == [None, None, None] and batch.unscorable() == 3
+    assert batch.unscored().line() == (f"reward 'http' could not score 3 of 3 samples (returned None: connection "
+                                       f"refused by 127.0.0.1:{port})")
+
+
+def test_the_recipes_in_the_docs_validate(registry, tmp_path, monkeypatch):
+    """docs/rewards.md's recipe snippets for http and judge, checked as `rlvr validate` checks them
+    (their secret file and variable made here)."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "reward-server.secret").write_text(SECRET + "\n")
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    recipes = [r for r in recipe_blocks(ROOT / "docs" / "rewards.md") if re.search(r"^\s+(http|judge):", r, re.M)]
+    assert len(recipes) >= 2
+    for i, text in enumerate(recipes):
+        check_recipe(text, registry, tmp_path, f"snippet{i}")
+
+
+# ------------------------------------------------------------------------ the reference server
+
+
+def start_server(*args, env=None, log=subprocess.PIPE) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(SERVER_SCRIPT), "--port", "0", *args], stdout=subprocess.DEVNULL,
+                            stderr=log, text=True, env={**os.environ, **(env or {})})
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """examples/reward-server serving the built-in ``format`` reward, with its secret in a file;
+    ``reference.log`` is where its output goes."""
+    folder = tmp_path_factory.mktemp("reward-server")
+    secret, log = folder / "secret", folder / "server.log"
+    secret.write_text(SECRET + "\n")
+    with open(log, "w") as out:
+        proc = start_server("--reward", "format", "--option", "boxed=one", "--secret-file", str(secret),
+                            "--max-request-bytes", "4096", log=out)
+    assert wait_until(lambda: "\n" in log.read_text() or proc.poll() is not None), log.read_text()
+    line = log.read_text().splitlines()[0]
+    m = re.fullmatch(r"reward-server: 'format' on http://127\.0\.0\.1:(\d+)/score", line)
+    assert m and proc.poll() is None, log.read_text()
+    proc.port, proc.log = int(m.group(1)), log
+    yield proc
+    proc.terminate()
+    proc.wait(30)
+
+
+def raw(port, method, path, body=b"", headers=None):
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    connection.request(method, path, body=body, headers=headers or {})
+    response = connection.getresponse()
+    out = response.status, json.loads(response.read() or b"null")
+    connection.close()
+    return out
+
+
+def test_the_reference_server_scores_with_a_builtin_reward_as_rlvr_does(reference, secret_file):
+    from rlvr_plugins.format_reward import format_reward
+
+    completions = ["so \\boxed{4}", "no box", "\\boxed{1} and \\boxed{2}", "\\boxed{7}. Done, more text"]
+    url = f"http://127.0.0.1:{reference.port}/score"
+    out = score(url, completions, secret_file=secret_file)
+    direct = format_reward([""] * 4, completions, [None] * 4, boxed="one")
+    assert [s.value for s in out] == [d.value for d in direct] and len({d.value for d in direct}) >= 2
+    assert [s.info["checks"] for s in out] == [d.info["checks"] for d in direct]
+    assert all(s.info["http"]["status"] == 200 for s in out)
+
+
+def test_the_reference_server_refuses_whoever_lacks_the_secret(reference, secret_file, tmp_path):
+    url = f"http://127.0.0.1:{reference.port}/score"
+    wrong = tmp_path / "wrong"
+    wrong.write_text("not-the-secret-of-this-server\n")
+    for options in ({}, {"secret_file": str(wrong)}):
+        out = score(url, ["\\boxed{1}"], retries=0, **options)
+        assert out[0].value is None
+        assert out[0].info["why"].startswith('HTTP 401 Unauthorized: {"error": "unauthorized'), out[0].info
+    for headers in ({}, {"Authorization": SECRET}, {"Authorization": f"Basic {SECRET}"},
+                    {"Authorization": f"Bearer {SECRET}x"}):
+        assert raw(reference.port, "GET", "/health", headers=headers)[0] == 401
+        assert raw(reference.port, "POST", "/score", b'{"records": []}', headers)[0] == 401
+    good = {"Authorization": f"Bearer {SECRET}"}
+    assert raw(reference.port, "GET", "/health", headers=good) == (200, {"reward": "format"})
+    assert raw(reference.port, "POST", "/score", b'{"records": []}', good) == (200, {"scores": []})
+    assert raw(reference.port, "POST", "/score", b"x" * 5000, good)[0] == 413  # --max-request-bytes 4096
+    assert raw(reference.port, "POST", "/score", b"{nope", good)[0] == 400
+    status, body = raw(reference.port, "POST", "/score", b'{"records": [{"prompt": "p"}]}', good)
+    assert status == 400 and body["error"] == "record 1 has no 'completion' (text, or chat messages)"
+    assert raw(reference.port, "POST", "/other", b"{}", good)[0] == 404
+    assert listening_sockets(reference.pid) == {("127.0.0.1", reference.port)}  # loopback only
+    log = reference.log.read_text()  # one line a request, never a header
+    assert "reward-server: 127.0.0.1 401 GET /health: 0 records" in log
+    assert "reward-server: 127.0.0.1 200 POST /score: 0 records" in log
+    assert SECRET not in log and "Bearer" not in log and "Authorization" not in log
+
+
+def test_the_reference_server_needs_a_secret_and_a_known_reward(tmp_path):
+    env = {"RLVR_REWARD_SERVER_SECRET": ""}
+    done = start_server("--reward", "format", env=env)
+    assert done.wait(60) == 2 and done.stderr.read().startswith("reward-server: error: no secret:")
+    short = tmp_path / "short"
+    short.write_text("short\n")
+    done = start_server("--reward", "format", "--secret-file", str(short))
+    assert done.wait(60) == 2 and "use at least 16" in done.stderr.read()
+    done = start_server("--reward", "format", "--option", "boxed=two", env={"RLVR_REWARD_SERVER_SECRET": SECRET})
+    err = done.stderr.read()
+    assert done.wait(60) == 2 and err.count("\n") == 1 and "option boxed: 'two' is not one of one, any, none" in err

@@ -1,0 +1,296 @@
+"""The ``judge`` reward (plugins/judge_reward.py): its parser case by case, and the reward against a
+fake OpenAI-compatible server on loopback (canned judgements, failures, the cache, the cap on
+concurrent requests); and once against a real ``rlvr sampler`` with its secret (slow)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from helpers import RLVR
+from helpers.loopback import Service, serving
+from helpers.runs import make_run
+
+from rlvr import RlvrError
+from rlvr.host.registry import load_registry
+from rlvr.rewards.runner import BoundReward, score_batch
+from rlvr_plugins.judge_reward import DEFAULT_RUBRIC, judge_reward, parse_judgement
+
+KEY = "sk-judge-test-key-0123456789abcdef"
+
+
+# ------------------------------------------------------------------------------------ the parser
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("The answer is right.\nScore: 7/10", 0.7),
+    ("**Score:** 8 / 10", 0.8),
+    ("Final score = 3 out of 4.", 0.75),
+    ("Rating: [[6]]", 0.6),
+    ("[[2.5/5]]", 0.5),
+    ("score: 9", 0.9),  # over `scale` (10)
+    ("GRADE: 10/10", 1.0),
+    ("Score: 0/10", 0.0),
+    ("VERDICT: CORRECT", 1.0),
+    ("Verdict: incorrect", 0.0),
+    ("**Verdict:** [[CORRECT]]", 1.0),
+    ("First thought Score: 2/10, on reflection Score: 9/10", 0.9),  # the last counts
+    ("Score: 9/10 ... VERDICT: INCORRECT", 0.0),  # whichever its form
+    ("VERDICT: INCORRECT ... so [[8]]", 0.8),
+    ("<think>Score: 1/10? no</think>Score: 10/10", 1.0),  # the reasoning is dropped
+    ("<think>Score: 1/10 is tempting</think>Looks fine to me.", None),
+    ("<think>still weighing it, Score: 4/10 maybe", None),  # cut inside <think>
+    ("Looks fine to me.", None),
+    ("Score: 11/10", None),
+    ("Score: -1/10", None),
+    ("[[12]]", None),
+    ("Score: 3/0", None),
+    ("End with one line \"Score: X/10\".", None),  # the rubric's own words are no verdict
+    ("", None),
+])
+def test_parse_judgement(text, expected):
+    value, said = parse_judgement(text)
+    if expected is None:
+        assert value is None and said.startswith("unparseable: "), said
+    else:
+        assert value == pytest.approx(expected), said
+
+
+def test_parse_judgement_scale():
+    assert parse_judgement("Score: 4", scale=5)[0] == pytest.approx(0.8)
+    assert parse_judgement("[[4]]", scale=5)[0] == pytest.approx(0.8)
+    assert parse_judgement("Score: 4/8", scale=5)[0] == pytest.approx(0.5)  # a denominator wins
+    assert parse_judgement("Score: 6", scale=5)[0] is None
+
+
+# ---------------------------------------------------------------- a fake OpenAI-compatible server
+
+
+def user_text(body) -> str:
+    return body["messages"][-1]["content"] if "messages" in body else body["prompt"]
+
+
+def judge_by_the_completion(body, n):
+    """The judgement the completion asks for: the text after its ``JUDGE:``."""
+    return 200, user_text(body).split("JUDGE:", 1)[-1].strip(), "stop"
+
+
+def openai_answer(service, h, body, n):
+    """As an OpenAI-compatible server answers: ``service.judge(body, n)`` -> (status, judgement,
+    finish_reason), after ``service.delay`` seconds."""
+    time.sleep(service.delay)
+    status, text, finish = service.judge(body, n)
+    if status != 200:
+        h.reply(status, {"error": {"message": text}})
+    elif h.path.endswith("/chat/completions"):
+        h.reply(body={"choices": [{"message": {"role": "assistant", "content": text}, "finish_reason": finish}],
+                      "usage": {"prompt_tokens": 50, "completion_tokens": 7, "total_tokens": 57}, "model": "m"})
+    else:
+        h.reply(body={"choices": [{"text": text, "finish_reason": finish}],
+                      "usage": {"prompt_tokens": 40, "completion_tokens": 5, "total_tokens": 45}})
+
+
+@pytest.fixture
+def fake():
+    """A judge on loopback: ``fake.judge`` decides (by default, as each completion asks)."""
+    service = Service(lambda h, body, n: openai_answer(service, h, body, n))
+    service.judge, service.delay, service.base_url = judge_by_the_completion, 0.0, service.address + "/v1"
+    with serving(service):
+        yield service
+
+
+def judge(fake, completions, prompts=None, **options):
+    prompts = prompts or [f"question {i}" for i in range(len(completions))]
+    options.setdefault("backoff_s", 0.0)
+    return judge_reward(prompts, completions, [None] * len(completions), base_url=fake.base_url, **options)
+
+
+# ------------------------------------------------------------------------------------ the reward
+
+
+def test_the_rubric_reaches_the_judge_and_its_verdict_comes_back(fake, monkeypatch):
+    monkeypatch.setenv("JUDGE_TEST_KEY", KEY)
+    rubric = "Q: {{prompt}}\nGold: {{answer}}\nLevel: {{level}}\nTags: {{tags}}\nA: {{completion}}"
+    out = judge(fake, ["JUDGE: Score: 8/10", "JUDGE: VERDICT: INCORRECT"], model="judge-7b", rubric=rubric,
+                system="You grade {{level}} maths.", temperature=0.3, max_tokens=64, secret_env="JUDGE_TEST_KEY",
+                answer=["4", "9"], level=["easy", "hard"], tags=[["a", "b"], {"k": 1}])
+    assert [s.value for s in out] == [pytest.approx(0.8), 0.0]
+    first, second = (body for _, _, body in sorted(fake.requests, key=lambda r: user_text(r[2])))
+    assert first == {"model": "judge-7b", "temperature": 0.3, "max_tokens": 64, "messages": [
+        {"role": "system", "content": "You grade easy maths."},
+        {"role": "user", "content": 'Q: question 0\nGold: 4\nLevel: easy\nTags: ["a", "b"]\nA: JUDGE: Score: 8/10'}]}
+    assert user_text(second) == 'Q: question 1\nGold: 9\nLevel: hard\nTags: {"k": 1}\nA: JUDGE: VERDICT: INCORRECT'
+    assert all(path == "/v1/chat/completions" and headers["Authorization"] == f"Bearer {KEY}"
+               for path, headers, _ in fake.requests)
+    info = out[0].info
+    assert info["verdict"] == "Score: 8/10" and info["judgement"] == "Score: 8/10" and info["attempts"] == 1
+    assert info["usage"] == {"prompt_tokens": 50, "completion_tokens": 7, "total_tokens": 57}
+    assert 0 < info["seconds"] < 5 and "cached" not in info
+
+
+def test_the_completions_api_gets_the_system_and_rubric_as_one_prompt(fake, tmp_path):
+    key_file = tmp_path / "key"
+    key_file.write_text(KEY + "\n")
+    out = judge(fake, ["JUDGE: [[9]]"], api="completions", system="Be strict.", rubric="{{completion}}",
+                secret_file=str(key_file))
+    assert out[0].value == pytest.approx(0.9) and out[0].info["usage"]["total_tokens"] == 45
+    ((path, headers, body),) = fake.requests
+    assert path == "/v1/completions" and headers["Authorization"] == f"Bearer {KEY}"
+    assert body == {"prompt": "Be strict.\n\nJUDGE: [[9]]", "temperature": 0.0, "max_tokens": 512}  # no model: left out
+
+
+def test_the_default_rubric_shows_the_prompt_and_the_completion(fake):
+    judge(fake, ["JUDGE: Score: 5/10"], prompts=["What is 2+2?"])
+    text = user_text(fake.requests[0][2])
+    assert text.startswith("You are grading") and "What is 2+2?" in text and "JUDGE: Score: 5/10" in text
+    assert text.endswith('end with one line "Score: X/10", X an integer from 0 (wrong or useless) to 10 '
+                         '(correct, complete and clear).') and text.count("{{") == 0 and DEFAULT_RUBRIC != text
+
+
+def test_an_unparseable_judgement_is_none_with_the_reason_never_zero(fake):
+    fake.judge = lambda body, n: ((200, "I think it is mostly fine", "length") if "cut" in user_text(body)
+                                  else (200, "I think it is mostly fine", "stop"))
+    out = judge(fake, ["a", "cut"])
+    assert [s.value for s in out] == [None, None]
+    assert out[0].info["why"] == ("unparseable: no 'Score: X/N', '[[X]]' or 'VERDICT: CORRECT/INCORRECT' in the "
+                                  "judgement")
+    assert out[1].info["why"].endswith("(cut at max_tokens)") and out[1].info["usage"]["total_tokens"] == 57
+    assert out[0].info["judgement"] == "I think it is mostly fine"
+
+
+def test_a_record_without_a_column_the_rubric_shows_is_none_and_spoils_no_other(fake):
+    out = judge(fake, ["JUDGE: Score: 1/2"] * 2, rubric="{{answer}} {{completion}}", answer=["4", None])
+    assert out[0].value == 0.5 and out[1].value is None
+    assert out[1].info["why"] == "the rubric's {{answer}}: the record has no 'answer' column"
+    assert len(fake.requests) == 1
+
+
+def test_identical_requests_are_made_once_and_a_parsed_judgement_is_cached(fake):
+    out = judge(fake, ["JUDGE: Score: 6/10"] * 3, prompts=["q"] * 3)
+    assert [s.value for s in out] == [0.6] * 3 and len(fake.requests) == 1
+    assert "usage" in out[0].info and all(s.info["cached"] and "usage" not in s.info for s in out[1:])
+    again = judge(fake, ["JUDGE: Score: 6/10"], prompts=["q"])
+    assert again[0].value == 0.6 and again[0].info["cached"] and len(fake.requests) == 1
+    judge(fake, ["JUDGE: Score: 6/10"], prompts=["q"], model="another")  # another model: another request
+    judge(fake, ["JUDGE: Score: 6/10"], prompts=["q"], cache_size=0)  # no cache
+    assert len(fake.requests) == 3
+    judge(fake, ["JUDGE: nothing to read"] * 2, prompts=["q"] * 2)
+    judge(fake, ["JUDGE: nothing to read"], prompts=["q"])  # an unparseable judgement is asked again
+    assert len(fake.requests) == 5
+
+
+def test_no_more_requests_run_at_once_than_max_concurrent(fake):
+    fake.delay = 0.15
+    out = judge(fake, [f"JUDGE: Score: {i}/10" for i in range(10)], max_concurrent=3)
+    assert [s.value for s in out] == [pytest.approx(i / 10) for i in range(10)]
+    assert len(fake.requests) == 10 and fake.peak == 3
+
+
+def test_a_failed_request_is_retried_and_a_success_after_it_counts(fake):
+    fake.judge = lambda body, n: (503, "overloaded", "") if n == 1 else (200, "Score: 3/10", "stop")
+    out = judge(fake, ["x"], retries=2, backoff_s=0.05)
+    assert out[0].value == pytest.approx(0.3) and out[0].info["attempts"] == 2 and len(fake.requests) == 2
+
+
+def test_a_judge_that_keeps_failing_or_never_answers_leaves_the_records_none(fake):
+    fake.judge = lambda body, n: (500, "internal error", "")
+    out = judge(fake, ["x", "y"], retries=1)
+    assert [s.value for s in out] == [None, None] and len(fake.requests) == 4
+    assert out[0].info["why"] == ('HTTP 500 Internal Server Error: {"error": {"message": "internal error"}} '
+                                  '(after 2 attempts)')
+    fake.delay, fake.requests = 2.0, []
+    start = time.monotonic()
+    out = judge(fake, ["z"], timeout_s=0.3, retries=1)
+    assert out[0].value is None and out[0].info["why"] == "no answer within 0.3 s (after 2 attempts)"
+    assert time.monotonic() - start < 1.5
+
+
+def test_the_key_never_reaches_the_infos(fake, monkeypatch):
+    monkeypatch.setenv("JUDGE_TEST_KEY", KEY)
+    fake.judge = lambda body, n: (200, f"your key is {KEY}. Score: 1/10", "stop")
+    out = judge(fake, ["x"], secret_env="JUDGE_TEST_KEY")
+    assert out[0].value == pytest.approx(0.1) and KEY not in repr(out[0].info)
+    assert out[0].info["judgement"] == "your key is <secret>. Score: 1/10"
+
+
+@pytest.fixture(scope="module")
+def registry():
+    return load_registry()
+
+
+def test_the_judge_through_rlvrs_runner_with_a_mapped_answer_column(fake, registry):
+    options = {"base_url": fake.base_url, "rubric": "{{answer}}|{{completion}}"}
+    bound = BoundReward(registry.reward("judge"), 1.0, options, columns={"answer": "solution"})
+    batch = score_batch([bound], ["p", "p"], ["JUDGE: [[10]]", "JUDGE: hmm"], [None, None],
+                        [{"solution": "42"}, {"solution": "43"}])
+    assert batch.values["judge"] == [1.0, None]
+    assert batch.unscored().line().startswith(
+        "reward 'judge' could not score 1 of 2 samples (returned None: unparseable")
+    assert sorted(user_text(body) for _, _, body in fake.requests) == ["42|JUDGE: [[10]]", "43|JUDGE: hmm"]
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"rubric": "Grade {{prompt}}"}, "the rubric never shows {{completion}}"),
+    ({"rubric": "{{completion}} {{ a.b }}"}, "'{{ a.b }}' is not a field"),
+    ({"system": "{{}}"}, "option system: '{{}}': '{{}}' is not a field"),
+    ({"base_url": "http://127.0.0.1:8000/v1/chat/completions"}, "without /chat/completions or /completions"),
+    ({"base_url": "127.0.0.1:8000"}, "a URL starts with http:// or https://"),
+    ({"api": "responses"}, "option api: 'responses' is not one of chat, completions"),
+    ({"temperature": 2.5}, "option temperature: 2.5 is not a number >= 0 and <= 2"),
+    ({"max_tokens": 0}, "option max_tokens: 0 is not an integer >= 1"),
+    ({"scale": 0}, "option scale: 0 is not a number > 0"),
+    ({"secret_env": "RLVR_TEST_NO_SUCH_KEY"}, "the environment variable RLVR_TEST_NO_SUCH_KEY is not set or empty"),
+    ({"max_concurrent": 0}, "option max_concurrent: 0 is not an integer >= 1 and <= 256"),
+])
+def test_bad_options_are_one_line_errors_before_anything_is_scored(registry, options, message):
+    with pytest.raises(RlvrError) as err:
+        BoundReward(registry.reward("judge"), 1.0, options)
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+# ------------------------------------------------------------- a real rlvr sampler, with its secret
+
+
+@pytest.mark.slow
+def test_a_judge_on_a_real_rlvr_sampler(tmp_path, tiny_model, test_plugin):
+    """`rlvr sampler` serving the tiny random-init model on loopback, behind its secret: the judge's
+    requests are let in and answered (usage counted), and what a random model writes is parsed or
+    None as unparseable, never an exception; without the secret the sampler refuses it (401)."""
+    import requests
+
+    from rlvr.models.distributed import free_port
+    from rlvr.sampling.auth import SECRET_ENV, auth_headers
+
+    recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm")
+    port, log = free_port(), tmp_path / "sampler.log"
+    sampler = subprocess.Popen([RLVR, "sampler", recipe, "--port", str(port), "--log-file", log],
+                               env={**env, SECRET_ENV: KEY}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               start_new_session=True)
+    try:
+        end = time.time() + 300
+        while True:
+            assert sampler.poll() is None and time.time() < end, (log.read_text() if log.exists() else "")[-2000:]
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/health", headers=auth_headers(KEY), timeout=2).ok:
+                    break
+            except requests.RequestException:
+                pass
+            time.sleep(1)
+        os.environ["JUDGE_SAMPLER_KEY"] = KEY
+        base = {"base_url": f"http://127.0.0.1:{port}/v1", "api": "completions", "model": "policy",
+                "rubric": "{{completion}} Score:", "max_tokens": 8, "timeout_s": 120, "retries": 0}
+        out = judge_reward(["2+2?", "3+3?"], ["4", "6"], [None, None], secret_env="JUDGE_SAMPLER_KEY", **base)
+        for s in out:
+            assert s.info["usage"]["completion_tokens"] >= 1, s.info  # authorised, answered, counted
+            assert (s.value is not None and 0 <= s.value <= 1) or s.info["why"].startswith("unparseable"), s.info
+        refused = judge_reward(["2+2?"], ["4"], [None], **base)  # no key
+        assert refused[0].value is None and refused[0].info["why"].startswith("HTTP 401"), refused[0].info
+    finally:
+        os.environ.pop("JUDGE_SAMPLER_KEY", None)
+        os.killpg(sampler.pid, signal.SIGTERM)
+        sampler.wait(60)
