@@ -10,7 +10,7 @@ The hook API for plugin authors (with the helpers in ``rlvr.kit``, all a plugin 
 Training and evaluating from Python: ``from rlvr.api import train, evaluate`` (torch and vLLM
 load only when called):
 
-- ``train(recipe, overrides=..., rewards={name: fn} or [fn, ...], tasks={name: rows}, output_dir=...)``
+- ``train(recipe, overrides=..., rewards={name: fn} or [fn, ...], tasks={name: rows}, tools=[fn, ...], output_dir=...)``
   -> ``TrainResult`` (``final_model``, ``summary``, ``metrics()``, ``samples()``);
 - ``evaluate(recipe, model, ...)`` -> ``EvalResult`` (``accuracy``, ``report``, ``samples()``).
 
@@ -38,10 +38,17 @@ class RlvrError(Exception):
 
 @_dataclasses.dataclass(frozen=True, slots=True)
 class Score:
-    """One sample's reward plus why. ``value=None`` means "cannot score this one"."""
+    """One sample's reward plus why. ``value=None`` means "cannot score this one".
+
+    ``metrics``: what scoring this sample cost or measured (seconds, tokens, requests), as
+    numbers by name, for the step's metrics: each name is summed over the step's samples and
+    reported as ``reward/<reward>/<name>``; a name ending in ``_max`` is the largest, one ending
+    in ``_mean`` the mean over the samples that reported it (docs/hooks.md, "The reward contract").
+    """
 
     value: float | None
     info: dict[str, _typing.Any] = _dataclasses.field(default_factory=dict)
+    metrics: _typing.Mapping[str, float] = _dataclasses.field(default_factory=dict)
 
 
 @_dataclasses.dataclass

@@ -400,3 +400,15 @@ def test_the_python_api_takes_tools_as_trl_does():
         prepare(recipe, None, None, None, None, tools=[lambda x: x])
     with pytest.raises(RlvrError, match="does not run tools"):
         prepare({**recipe, "environment": "python"}, None, None, None, None, tools=[lookup_for_api])
+
+
+def test_rlvr_tools_lists_each_tool_and_its_schema(rlvr_cmd):
+    listed = rlvr_cmd("tools")
+    assert listed.returncode == 0, listed.stderr
+    assert "calculator(expression: string, fraction?: boolean)  plugin tools_env" in listed.stdout
+    schemas = json.loads(rlvr_cmd("tools", "--json").stdout)
+    assert {"type": "function", "function": calculator_schema()} in schemas
+
+
+def calculator_schema() -> dict:
+    return tool_from_function(calculator).schema["function"]

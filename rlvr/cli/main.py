@@ -31,7 +31,7 @@ MAX_BATCH_SIZE = 100_000
 @cli.command()
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def plugins(as_json):
-    """List plugins with their versions and the hooks, tasks, rewards and environments each supplies."""
+    """List plugins with their versions and the hooks, tasks, rewards, environments and tools each supplies."""
     from rlvr.host.registry import get_plugin_manager, load_registry, plugin_source
 
     pm = get_plugin_manager()
@@ -47,6 +47,7 @@ def plugins(as_json):
                 "tasks": sorted(t.name for t in registry.tasks.values() if t.plugin == name),
                 "rewards": sorted(r.name for r in registry.rewards.values() if r.plugin == name),
                 "environments": sorted(e.name for e in registry.environments.values() if e.plugin == name),
+                "tools": sorted(t.name for t in registry.tools.values() if t.plugin == name),
             }
         )
     rows.sort(key=lambda r: r["name"])
@@ -62,6 +63,8 @@ def plugins(as_json):
             click.echo(f"  rewards: {', '.join(row['rewards'])}")
         if row["environments"]:
             click.echo(f"  environments: {', '.join(row['environments'])}")
+        if row["tools"]:
+            click.echo(f"  tools: {', '.join(row['tools'])}")
 
 
 @cli.command()
@@ -78,8 +81,30 @@ def environments():
 
     for spec in sorted(cli_registry().environments.values(), key=lambda s: s.name):
         params = inspect.signature(spec.fn).parameters.values()
-        options = [f"{p.name}={p.default!r}" for p in params if p.kind is p.KEYWORD_ONLY]
-        click.echo(f"{spec.name:<14} {spec.plugin:<12} options: {', '.join(options) or '-'}  - {spec.description}")
+        options = [f"{p.name}={p.default!r}" for p in params if p.kind is p.KEYWORD_ONLY and p.name != "tools"]
+        runs = " (runs environment.tools)" if any(p.name == "tools" for p in params) else ""
+        click.echo(f"{spec.name:<14} {spec.plugin:<12} options: {', '.join(options) or '-'}  - {spec.description}{runs}")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Each tool's JSON schema, as the model is shown it.")
+def tools(as_json):
+    """List registered tools (functions a model calls with JSON, for environment.tools): plugin,
+    arguments and description."""
+    specs = sorted(cli_registry().tools.values(), key=lambda s: s.name)
+    if as_json:
+        click.echo(json.dumps([s.tool.schema for s in specs], indent=2))
+        return
+    for spec in specs:
+        params = spec.tool.parameters
+        required = set(params.get("required", ()))
+        args = [f"{name}{'' if name in required else '?'}: {_json_type(p)}" for name, p in params["properties"].items()]
+        click.echo(f"{spec.name}({', '.join(args)})  plugin {spec.plugin}  - {spec.description}")
+
+
+def _json_type(prop: dict) -> str:
+    kind = prop.get("type", "any")
+    return "|".join(kind) if isinstance(kind, list) else kind
 
 
 @cli.command()

@@ -26,6 +26,11 @@ same (``tests/test_layout.py`` fails when one imports a private module). What is
   per attempt, retries with backoff, a cap on the answer, no redirects, the secret kept out of
   every reason), ``read_secret`` (a bearer secret from a file or an environment variable),
   ``check_url``, ``redact``, ``cleartext`` (the ``http`` and ``judge`` rewards use them);
+- tools, in their own module ``rlvr.kit.tools``: ``function_schema`` (a function's JSON schema
+  from its type hints and docstring), ``parse_tool_calls`` (the calls in a model's turn, Hermes
+  tags or plain JSON, each valid or invalid with a kind), ``check_arguments`` (a call's arguments
+  against the schema), ``tools_prompt`` (the tools as system-prompt text), ``Tool`` (the
+  ``tools`` environment uses them);
 - files a user named, written without following a planted link: ``replacing`` (a file replaced
   whole through a temporary file, or a FIFO/device written in place), ``write_replacing``,
   ``open_append`` (a log), ``open_folder`` (a folder's descriptor, walked name by name),
