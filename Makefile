@@ -10,7 +10,7 @@ TA_STAMP := $(VENV)/.rlvr-textarena-installed
 EXTRA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 DATA ?= $(abspath ../shared/data)
 
-.PHONY: install demo tool-demo test bench clean-venv
+.PHONY: install demo tool-demo judge-demo test bench clean-venv
 
 install: $(STAMP)
 
@@ -35,6 +35,36 @@ demo: install
 tool-demo: install
 	$(VENV)/bin/rlvr model pull smollm2-135m-instruct
 	$(VENV)/bin/rlvr train tasks/tool_demo.yaml --output-dir runs/tool_demo
+
+# The judge demo (tasks/judge_demo.yaml): the demo's task learnt from an LLM judge. Its sampler
+# (Qwen2.5-Coder-0.5B-Instruct on 127.0.0.1:8001, output in runs/judge-sampler.log) runs in the
+# background, in a session of its own, behind a secret made once in runs/judge-sampler.secret;
+# training starts once it answers, and the sampler's whole process group is stopped however the
+# training ends (done, failed, Ctrl-C).
+JUDGE_SECRET := runs/judge-sampler.secret
+JUDGE_LOG := runs/judge-sampler.log
+JUDGE_WAIT_S := 900
+JUDGE_PROBE := import urllib.request as u; u.urlopen(u.Request("http://127.0.0.1:8001/health", \
+  headers={"Authorization": "Bearer " + open("$(JUDGE_SECRET)").readline().strip()}), timeout=5)
+judge-demo: install
+	$(VENV)/bin/rlvr model pull smollm2-135m-instruct
+	$(VENV)/bin/rlvr model pull qwen2.5-coder-0.5b-instruct
+	mkdir -p runs
+	test -s $(JUDGE_SECRET) || (umask 077 && $(PY) -c 'import secrets; print(secrets.token_urlsafe(32))' > $(JUDGE_SECRET))
+	setsid $(VENV)/bin/rlvr sampler tasks/judge_demo.yaml --profile judge --port 8001 --secret-file $(JUDGE_SECRET) \
+	    --log-file $(JUDGE_LOG) & judge=$$!; \
+	trap 'kill -TERM -- -$$judge 2>/dev/null; for i in $$(seq 30); do kill -0 $$judge 2>/dev/null || break; \
+	      sleep 1; done; kill -KILL -- -$$judge 2>/dev/null; wait $$judge 2>/dev/null' EXIT; \
+	trap 'exit 130' INT; trap 'exit 143' TERM HUP; \
+	for i in $$(seq $$(( $(JUDGE_WAIT_S) / 2 ))); do \
+	  kill -0 $$judge 2>/dev/null || { echo "make judge-demo: the judge's sampler exited: see $(JUDGE_LOG)" >&2; \
+	    exit 1; }; \
+	  $(PY) -c '$(JUDGE_PROBE)' 2>/dev/null && break; \
+	  [ $$i -lt $$(( $(JUDGE_WAIT_S) / 2 )) ] || { echo "make judge-demo: the judge's sampler did not answer" \
+	    "within $(JUDGE_WAIT_S) s: see $(JUDGE_LOG)" >&2; exit 1; }; \
+	  sleep 2; \
+	done; \
+	$(VENV)/bin/rlvr train tasks/judge_demo.yaml --output-dir runs/judge_demo
 
 # The reasoning-gym example brings reasoning-gym itself (pinned in its pyproject.toml, pure
 # Python, no torch): installed with its dependencies, again only when that file changes.

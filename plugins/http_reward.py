@@ -26,12 +26,19 @@ leaves its own record ``None``, each with the reason in ``info["why"]``. The run
 cannot be scored (``when_unscored``, ``trainer.max_unscored_steps``) takes it from there. A
 request ends within ``(retries + 1) * timeout_s`` plus its backoff (``rlvr.kit.http``); a call
 within that times ``ceil(requests / max_concurrent)``.
+
+Each request's cost goes into the step's metrics (``Score.metrics``, ``reward/http/<key>``), on
+the first record it carried: ``requests`` 1, ``retries`` (attempts after the first),
+``failed_requests`` 1 when it got no usable answer, and its ``seconds`` (summed: the time spent
+waiting, requests overlapping), ``seconds_mean`` (per request) and ``seconds_max``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any
 
@@ -111,13 +118,16 @@ def http_reward(
 
     def ask(part: list[tuple[int, bytes]]) -> list[Score]:
         payload = b'{"records": [' + b", ".join(body for _, body in part) + b"]}"
+        start = time.perf_counter()
         try:
             answer = post_json(url, payload, secret=secret, timeout_s=timeout_s, retries=retries,
                                backoff_s=backoff_s, max_response_bytes=max_response_bytes)
         except HttpFailure as failure:
-            return [Score(None, {"why": str(failure), "http": {"attempts": failure.attempts}})] * len(part)
+            failed = [Score(None, {"why": str(failure), "http": {"attempts": failure.attempts}})] * len(part)
+            return _costed(failed, time.perf_counter() - start, failure.attempts, failed=True)
         http = {"status": answer.status, "attempts": answer.attempts, "seconds": round(answer.seconds, 4)}
-        return read_scores(redact(answer.body, secret), len(part), http)  # what a server says back is shown
+        scores = read_scores(redact(answer.body, secret), len(part), http)  # what a server says back is shown
+        return _costed(scores, answer.seconds, answer.attempts)
 
     if requests:
         with ThreadPoolExecutor(max_workers=min(max_concurrent, len(requests)),
@@ -126,6 +136,13 @@ def http_reward(
                 for (i, _), score in zip(part, part_scores):
                     scores[i] = score
     return scores  # type: ignore[return-value]
+
+
+def _costed(scores: list[Score], seconds: float, attempts: int, failed: bool = False) -> list[Score]:
+    """``scores`` (one request's), the first with the request's metrics (the module docstring's)."""
+    cost = {"requests": 1, "retries": attempts - 1, "failed_requests": int(failed), "seconds": seconds,
+            "seconds_mean": seconds, "seconds_max": seconds}
+    return [dataclasses.replace(scores[0], metrics=cost), *scores[1:]] if scores else scores
 
 
 def _plain(value: Any) -> Any:

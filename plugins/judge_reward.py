@@ -32,6 +32,13 @@ request's ``seconds`` and ``attempts`` and the server's token ``usage`` (the cos
 that made the request; ``cached: true`` for one judged by an earlier request (no cost of its own).
 A request that got no usable answer (``rlvr.kit.http``: refused, timed out, 5xx after its retries,
 too large, not JSON) leaves its records ``None`` with the reason, and never raises into training.
+
+The cost goes into the step's metrics too (``Score.metrics``, ``reward/judge/<key>``): the record
+that made a request reports ``requests`` 1, its ``retries`` (attempts after the first),
+``failed_requests`` 1 when it got no usable answer, its ``seconds`` (summed: the time spent
+waiting, requests overlapping), ``seconds_mean`` (per request) and ``seconds_max``, and the
+server's ``prompt_tokens`` and ``completion_tokens``; a record that sent none of its own (judged
+from the cache, or by an identical record's request) reports ``cache_hits`` 1.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any, Literal
@@ -210,32 +218,43 @@ def judge_reward(
         key = hashlib.sha256(json.dumps([url, body], sort_keys=True).encode()).hexdigest()
         hit = _cached(key) if cache_size else None
         if hit is not None:
-            scores[i] = Score(hit[0], {**hit[1], "cached": True})
+            scores[i] = Score(hit[0], {**hit[1], "cached": True}, {"cache_hits": 1})  # no request of its own
         else:
             asks.setdefault(key, (body, []))[1].append(i)
 
-    def ask(item: tuple[str, tuple[dict, list[int]]]) -> tuple[float | None, dict]:
+    def ask(item: tuple[str, tuple[dict, list[int]]]) -> Score:
         key, (body, _) = item
+        start = time.perf_counter()
         try:
             got = post_json(url, body, secret=secret, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s,
                             max_response_bytes=max_response_bytes)
         except HttpFailure as failure:
-            return None, {"why": str(failure), "attempts": failure.attempts}
+            return Score(None, {"why": str(failure), "attempts": failure.attempts},
+                         _cost(time.perf_counter() - start, failure.attempts, {}, failed=True))
         value, info = _judged(redact(got.body, secret), api, scale)
         if value is not None and cache_size:
             _keep(key, value, info, cache_size)
         usage = _usage(got.body)
-        return value, {**info, "seconds": round(got.seconds, 4), "attempts": got.attempts,
-                       **({"usage": usage} if usage else {})}
+        return Score(value, {**info, "seconds": round(got.seconds, 4), "attempts": got.attempts,
+                             **({"usage": usage} if usage else {})}, _cost(got.seconds, got.attempts, usage))
 
     if asks:
         with ThreadPoolExecutor(max_workers=min(max_concurrent, len(asks)), thread_name_prefix="rlvr-judge") as pool:
-            for (_, records), (value, info) in zip(asks.values(), pool.map(ask, asks.items())):
-                scores[records[0]] = Score(value, info)
+            for (_, records), asked in zip(asks.values(), pool.map(ask, asks.items())):
+                scores[records[0]] = asked
                 for i in records[1:]:  # the same request: its cost is the first record's
-                    scores[i] = Score(value, info) if value is None else Score(value, {
-                        **{k: v for k, v in info.items() if k not in ("seconds", "attempts", "usage")}, "cached": True})
+                    own = ("seconds", "attempts", "usage")
+                    info = asked.info if asked.value is None else {
+                        **{k: v for k, v in asked.info.items() if k not in own}, "cached": True}
+                    scores[i] = Score(asked.value, info, {"cache_hits": 1})
     return scores  # type: ignore[return-value]
+
+
+def _cost(seconds: float, attempts: int, usage: dict[str, int], failed: bool = False) -> dict[str, float]:
+    """The metrics of the record that made a request (the module docstring's)."""
+    return {"requests": 1, "retries": attempts - 1, "failed_requests": int(failed), "seconds": seconds,
+            "seconds_mean": seconds, "seconds_max": seconds,
+            **{k: usage[k] for k in ("prompt_tokens", "completion_tokens") if k in usage}}
 
 
 class _Missing(Exception):

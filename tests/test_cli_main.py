@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from helpers import RLVR, one_line_error, run_rlvr, wait_until
+from helpers.recipes import shipped_recipe_secrets
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,11 +86,16 @@ def test_bad_reward_options_exit_2_saying_what_is_allowed(rlvr_cmd, args, messag
     assert len(lines) == 1 and lines[0].startswith("rlvr: error: ") and message in lines[0], out.stderr
 
 
-def test_validate_shipped_and_example_recipes(rlvr_cmd):
+def test_validate_shipped_and_example_recipes(rlvr_cmd, tmp_path):
     recipes = sorted(str(p) for p in (ROOT / "tasks").glob("*.yaml"))
-    out = rlvr_cmd("validate", *recipes, str(ROOT / "examples/rlvr-countdown/countdown.yaml"))
+    out = rlvr_cmd("validate", *recipes, str(ROOT / "examples/rlvr-countdown/countdown.yaml"),
+                   cwd=shipped_recipe_secrets(tmp_path))  # where their secret files are (judge_demo's)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count(": ok") == len(recipes) + 1
+    # without its secret file, the judge demo is refused before anything loads, in one line
+    missing = rlvr_cmd("validate", ROOT / "tasks" / "judge_demo.yaml", cwd=tmp_path / "runs")
+    one_line_error(missing, "reward 'judge' option secret_file: 'runs/judge-sampler.secret': cannot read the "
+                            "secret file runs/judge-sampler.secret: No such file or directory")
 
 
 def test_validate_reads_local_data(rlvr_cmd, tmp_path):

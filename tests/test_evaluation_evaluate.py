@@ -127,6 +127,38 @@ def test_eval_seed_draws_the_samples_and_is_reported():
     assert len({prompt_seed(s, i) for s in (1, 2, 12345) for i in range(50)}) == 150
 
 
+def test_an_evaluation_reports_the_rewards_own_metrics_as_a_step_does():
+    """``Score.metrics`` of an evaluation's samples: ``reward/<reward>/<key>`` in its result (so in
+    report.json and eval.jsonl), aggregated as in metrics.jsonl."""
+    from types import SimpleNamespace
+
+    from rlvr import Score
+    from rlvr.evaluation.evaluate import evaluate_with
+    from rlvr.host.registry import RewardSpec
+    from rlvr.recipe.spec import Recipe
+    from rlvr.rewards.runner import BoundReward
+    from rlvr.sampling.prompts import Prompt
+
+    class Echo:
+        def generate(self, prompt_ids, *, n, **options):
+            return [[SimpleNamespace(text=str(p[0] * 10 + j), token_ids=[1]) for j in range(n)] for p in prompt_ids]
+
+    def judged(prompts, completions, completion_ids):
+        return [Score(1.0, {}, {"requests": 1, "seconds_mean": int(c) / 10, "seconds_max": int(c) / 10})
+                for c in completions]
+
+    rows = [{"question": "a"}, {"question": "b"}]
+    prompts = [Prompt([i + 1], r["question"]) for i, r in enumerate(rows)]
+    recipe = Recipe.model_validate({"name": "t", "task": "arithmetic", "prompt": {"template": "{{question}}"},
+                                    "rewards": {"judged": 1.0}, "eval": {"k": [2], "temperature": 1.0}})
+    spec = RewardSpec("judged", judged, "", "test", "0", (), (), {}, False)
+    result, _ = evaluate_with(recipe, [BoundReward(spec)], Echo(), SimpleNamespace(rows=rows, prompts=prompts,
+                              dropped=0))
+    assert result["reward/judged/requests"] == 4.0 and result["reward/judged/seconds_max"] == 2.1
+    assert result["reward/judged/seconds_mean"] == pytest.approx((1.0 + 1.1 + 2.0 + 2.1) / 4)
+    assert not any(k.startswith("reward_metric") for k in result)
+
+
 def test_progress_lines_at_each_tenth_once_it_takes_a_while():
     import logging
 

@@ -206,6 +206,33 @@ def test_a_server_that_keeps_failing_is_tried_retries_plus_one_times(fake):
     assert out[0].info["http"]["attempts"] == 3
 
 
+def test_each_request_s_cost_goes_into_the_step_s_metrics_on_its_first_record(fake, registry):
+    """requests, retries, failures and seconds (sum, mean, max), once per request: on the first
+    record it carried, so that a step's sums count requests, not records."""
+    fake.behave = lambda h, body, n: (h.reply(500, {"error": "busy"}) if n == 1 else
+                                      h.reply(body={"scores": [0.5] * len(body["records"])}))
+    out = score(fake.url, ["a", "b", "c"], batch_size=2, max_concurrent=1, retries=1)  # the first: 500, then 200
+    assert [s.value for s in out] == [0.5] * 3 and [s.metrics == {} for s in out] == [False, True, False]
+    first, last = out[0].metrics, out[2].metrics
+    assert first == {"requests": 1, "retries": 1, "failed_requests": 0, "seconds": first["seconds"],
+                     "seconds_mean": first["seconds"], "seconds_max": first["seconds"]}
+    assert first["seconds"] == pytest.approx(out[0].info["http"]["seconds"], abs=1e-3)
+    assert last["requests"] == 1 and last["retries"] == 0 and last["failed_requests"] == 0
+    fake.behave = lambda h, body, n: h.reply(503, {"error": "down"})
+    failed = score(fake.url, ["a", "b"], retries=1)
+    assert [s.value for s in failed] == [None, None] and failed[1].metrics == {}
+    assert failed[0].metrics["failed_requests"] == 1 and failed[0].metrics["retries"] == 1
+    assert failed[0].metrics["seconds"] > 0
+
+    fake.behave = scores_of_ones  # through rlvr's runner: the sums the step's row is made of
+    bound = BoundReward(registry.reward("http"), 1.0, {"url": fake.url, "batch_size": 2, "backoff_s": 0.0})
+    batch = score_batch([bound], ["p"] * 5, list("abcde"), [None] * 5, [{}] * 5)
+    sums = {k.split("/", 2)[2]: v for k, v in batch.metrics.items()}
+    assert {k: sums[k] for k in ("requests", "retries", "failed_requests", "seconds_mean/n")} == {
+        "requests": 3, "retries": 0, "failed_requests": 0, "seconds_mean/n": 3}
+    assert 0 < sums["seconds_max"] <= sums["seconds"] == pytest.approx(sums["seconds_mean"])
+
+
 def test_a_refused_connection_is_unscored_quickly():
     port = closed_port()
     start = time.monotonic()

@@ -210,6 +210,35 @@ def test_a_judge_that_keeps_failing_or_never_answers_leaves_the_records_none(fak
     assert time.monotonic() - start < 1.5
 
 
+def test_what_the_judge_cost_goes_into_the_step_s_metrics(fake, registry):
+    """Per request, on the record that made it: requests, retries, failures, seconds (sum, mean,
+    max) and the server's tokens; a record that sent none of its own is a cache hit."""
+    fake.judge = lambda body, n: (503, "busy", "") if n == 1 else judge_by_the_completion(body, n)
+    out = judge(fake, ["JUDGE: Score: 4/10", "JUDGE: Score: 4/10", "JUDGE: Score: 6/10"], prompts=["cost"] * 3,
+                max_concurrent=1, retries=1)  # one at a time: the first request is the one refused once
+    first, shared, other = (s.metrics for s in out)
+    assert first == {"requests": 1, "retries": 1, "failed_requests": 0, "seconds": first["seconds"],
+                     "seconds_mean": first["seconds"], "seconds_max": first["seconds"], "prompt_tokens": 50,
+                     "completion_tokens": 7}
+    assert first["seconds"] == pytest.approx(out[0].info["seconds"], abs=1e-3) and 0 < first["seconds"] < 5
+    assert shared == {"cache_hits": 1} and other["requests"] == 1 and other["retries"] == 0
+    assert [s.metrics for s in judge(fake, ["JUDGE: Score: 6/10"], prompts=["cost"])] == [{"cache_hits": 1}]
+    fake.judge = lambda body, n: (500, "down", "")
+    (failed,) = judge(fake, ["JUDGE: Score: 1/10"], prompts=["cost"], retries=1)
+    assert failed.value is None and failed.metrics["failed_requests"] == 1 and failed.metrics["retries"] == 1
+    assert "prompt_tokens" not in failed.metrics and failed.metrics["seconds"] > 0
+
+    fake.judge = judge_by_the_completion  # through rlvr's runner: the sums the step's row is made of
+    bound = BoundReward(registry.reward("judge"), 1.0, {"base_url": fake.base_url, "backoff_s": 0.0})
+    batch = score_batch([bound], ["sums"] * 3, ["JUDGE: [[3]]", "JUDGE: [[3]]", "JUDGE: [[5]]"], [None] * 3, [{}] * 3)
+    sums = {k.split("/", 2)[2]: v for k, v in batch.metrics.items()}
+    assert {k: sums[k] for k in ("requests", "cache_hits", "retries", "failed_requests", "prompt_tokens",
+                                 "completion_tokens", "seconds_mean/n")} == {
+        "requests": 2, "cache_hits": 1, "retries": 0, "failed_requests": 0, "prompt_tokens": 100,
+        "completion_tokens": 14, "seconds_mean/n": 2}
+    assert sums["seconds_max"] <= sums["seconds"] == pytest.approx(sums["seconds_mean"])
+
+
 def test_the_key_never_reaches_the_infos(fake, monkeypatch):
     monkeypatch.setenv("JUDGE_TEST_KEY", KEY)
     fake.judge = lambda body, n: (200, f"your key is {KEY}. Score: 1/10", "stop")

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from helpers.recipes import BASE
+from helpers.recipes import BASE, shipped_recipe_secrets
 from rlvr import RlvrError
 from rlvr.host.registry import load_registry
 from rlvr.recipe.load import load_recipe
@@ -27,7 +27,8 @@ def write(tmp_path, text):
 
 
 @pytest.mark.parametrize("path", RECIPES, ids=lambda p: p.name)
-def test_shipped_recipes_resolve(path, registry):
+def test_shipped_recipes_resolve(path, registry, tmp_path, monkeypatch):
+    monkeypatch.chdir(shipped_recipe_secrets(tmp_path))  # where their secret files are (judge_demo's)
     recipe = load_recipe(path)
     resolve(recipe, registry)
     if "cpu" in recipe.profiles:

@@ -167,6 +167,64 @@ def test_wrong_count_for_the_batch_is_retried_record_by_record():
     assert out.infos["none"][1]["error"] == "ValueError: returned 0 values for 1 completions"
 
 
+def costly(prompts, completions, completion_ids, *, answer):
+    """Asks a service for each record it has not seen ("cached" for a repeated completion), and
+    raises for a batch holding a record whose answer is "bad"."""
+    if "bad" in answer and len(answer) > 1:
+        raise ConnectionError("the batch failed")
+    out, seen = [], set()
+    for c in completions:
+        if c in seen:
+            out.append(Score(0.5, {}, {"cache_hits": 1}))
+        else:
+            seconds = len(c) / 10
+            out.append(Score(1.0, {}, {"requests": 1, "tokens": 10 * len(c), "seconds_mean": seconds,
+                                       "seconds_max": seconds, "flag": True}))
+        seen.add(c)
+    return out
+
+
+def test_a_reward_s_metrics_are_summed_over_the_batch_by_name():
+    """Sums of the records that reported each name; ``_max`` the largest; ``_mean`` counted too,
+    so the step can divide by the records that reported it (rlvr.runs.metrics.reward_metrics)."""
+    rows = [{"answer": "4"}] * 4
+    out = score_batch([bound(costly, "svc"), bound(length, "len")], ["p"] * 4, ["ab", "ab", "abcd", "a"],
+                      [None] * 4, rows)
+    assert out.values["svc"] == [1.0, 0.5, 1.0, 1.0] and not out.infos["svc"][1]
+    assert out.metrics == {  # the length reward reports none: no names of its own
+        "reward_metric/svc/requests": 3.0, "reward_metric/svc/cache_hits": 1.0, "reward_metric/svc/tokens": 70.0,
+        "reward_metric/svc/seconds_mean": pytest.approx(0.7), "reward_metric/svc/seconds_mean/n": 3.0,
+        "reward_metric/svc/seconds_max": 0.4, "reward_metric/svc/flag": 3.0}
+    # a batch that failed is scored record by record: every record's own metrics still count
+    retried = score_batch([bound(costly, "svc")], ["p"] * 3, ["ab", "ab", "x"], [None] * 3,
+                          [{"answer": "4"}, {"answer": "4"}, {"answer": "bad"}])
+    assert retried.values["svc"] == [1.0, 1.0, 1.0] and retried.metrics["reward_metric/svc/requests"] == 3.0
+    assert "reward_metric/svc/cache_hits" not in retried.metrics  # alone, each record asked for itself
+    assert run(bound(exact, "exact")).metrics == {}
+
+
+@pytest.mark.parametrize("metrics, said", [
+    ({"ok": 1, "a/b": 2}, "metric name 'a/b' is not 1 to 64 letters, digits or _.-"),
+    ({"ok": 1, "": 2}, "metric name '' is not 1 to 64 letters, digits or _.-"),
+    ({"ok": 1, 7: 2}, "metric name 7 is not 1 to 64 letters, digits or _.-"),
+    ({"ok": 1, "nan": float("nan")}, "metric 'nan' is nan, not a finite number"),
+    ({"ok": 1, "text": "3"}, "metric 'text' is '3', not a finite number"),
+    ([("ok", 1)], "its Score.metrics is a list, not a mapping of names to numbers"),
+])
+def test_a_metric_that_is_not_one_is_left_out_with_one_warning_and_the_score_stands(caplog, metrics, said):
+    def reporting(prompts, completions, completion_ids):
+        return [Score(1.0, {"why": "fine"}, metrics) for _ in completions]
+
+    name = f"reporting{abs(hash(said))}"  # warned once per reward and reason, in this process
+    with caplog.at_level(logging.WARNING, logger="rlvr.rewards"):
+        out = run(bound(reporting, name))
+        again = run(bound(reporting, name))
+    assert out.values[name] == [1.0, 1.0] and not out.errors and out.infos[name][0] == {"why": "fine"}
+    assert [r.getMessage() for r in caplog.records] == [f"reward {name!r}: {said}: left out of the metrics"]
+    expected = {} if isinstance(metrics, list) else {f"reward_metric/{name}/ok": 2.0}
+    assert out.metrics == again.metrics == expected
+
+
 def picky(prompts, completions, completion_ids, *, answer):
     """Raises for any batch holding a record whose answer is "bad"."""
     if "bad" in answer:

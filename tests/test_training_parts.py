@@ -10,7 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rlvr import RlvrError
+from rlvr import RlvrError, Score
 from rlvr.host.registry import RewardSpec
 from rlvr.models.distributed import add_sums, reduce_sums
 from rlvr.models.tokens import pad_batch
@@ -215,6 +215,48 @@ def test_task_accuracy_beside_the_total():
                                            times={}, lr=1.0, grad_norm=0.0)
     # ranks combine the largest task reward by taking the largest
     assert add_sums(sums, {**sums, "task_reward_max": 0.0})["task_reward_max"] == 1.0
+
+
+def priced(prompts, completions, completion_ids):
+    """by_prompt's values, and what a judge would report: sample 0 of a group asks (its seconds the
+    prompt's number), the others are cache hits; prompt 7 takes a retry and prompt 9 fails."""
+    out = []
+    for c, ids in zip(completions, completion_ids):
+        value, i = by_prompt(None, [c], [ids])[0], int(c)
+        asked = {"requests": 1, "retries": int(i == 7), "failed_requests": int(i == 9), "seconds": float(i),
+                 "seconds_mean": float(i), "seconds_max": float(i)}
+        out.append(Score(value, {}, asked if ids[1] == 0 else {"cache_hits": 1}))
+    return out
+
+
+def test_a_reward_s_metrics_reach_the_step_row_summed_over_rounds_and_ranks():
+    """Score.metrics travel as the rewards' per-reward stats do (runner -> rollout -> rollout_sums ->
+    the sums of all ranks -> step_row): every group scored counts, the ones dynamic sampling drew
+    again included (their scoring was paid for); ``_max`` is the largest, ``_mean`` the mean over
+    the records that reported it, any other name the sum."""
+    samplers = [FakeSampler(), FakeSampler()]
+    rollouts = [producer(samplers[rank], rows=10, groups=2, dynamic=True, rounds=4, rank=rank, world=2,
+                         rewards=[reward(priced, "judge"), reward(by_prompt, "plain")]).produce(0) for rank in (0, 1)]
+    asked = [i for sampler in samplers for call in sampler.calls for i in call]  # every group scored, both ranks
+    assert len(asked) > sum(len(r.prompt_ids) for r in rollouts)  # groups drawn again were scored too
+    totals = add_sums(*(rollout_sums(r) for r in rollouts))  # as reduce_sums adds them over ranks, name by name
+    update = dict.fromkeys(("loss", "kl", "entropy", "clip_low", "clip_high", "tokens", "groups", "zero_variance",
+                            "too_few_scorable", "unscorable"), 0.0)
+    row = step_row(1, {**totals, **update}, world=2, reward_names=["judge", "plain"], times={"step": 1.0}, lr=1.0,
+                   grad_norm=0.0)
+    assert row["reward/judge/requests"] == len(asked) and row["reward/judge/cache_hits"] == 3 * len(asked)
+    assert row["reward/judge/retries"] == asked.count(7) and row["reward/judge/failed_requests"] == asked.count(9)
+    assert row["reward/judge/seconds"] == sum(asked) and row["reward/judge/seconds_max"] == max(asked)
+    assert row["reward/judge/seconds_mean"] == pytest.approx(sum(asked) / len(asked))  # per request, not per sample
+    assert row["reward/plain"] == row["reward/judge"] and not any(k.startswith("reward/plain/") for k in row)
+    assert not any(k.startswith("reward_metric") for k in row)  # the sums' own names stay out of the row
+    json.dumps(row)  # plain numbers: metrics.jsonl and the trackers take the row as it is
+    # a rank whose records reported no seconds at all (every one a cache hit) adds only what it has
+    hits = add_sums({"reward_metric/judge/cache_hits": 4.0}, rollout_sums(rollouts[0]))
+    mine = [i for call in samplers[0].calls for i in call]
+    row = step_row(1, {**hits, **update}, world=2, reward_names=["judge"], times={}, lr=1.0, grad_norm=0.0)
+    assert row["reward/judge/cache_hits"] == 4 + 3 * len(mine) and row["reward/judge/requests"] == len(mine)
+    assert row["reward/judge/seconds_mean"] == pytest.approx(sum(mine) / len(mine))
 
 
 def test_stuck_reward_warns_once_per_stretch_of_zero_task_reward():

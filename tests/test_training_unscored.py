@@ -233,12 +233,19 @@ def test_ranks_decide_together_from_the_reduced_counts(tmp_path, tiny_model, plu
 REDUCE = '''
 import json, sys, torch.distributed as dist
 from rlvr.models.distributed import reduce_sums
+from rlvr.runs.metrics import reward_metrics
 rank = int(sys.argv[1])
 dist.init_process_group("gloo", init_method="tcp://127.0.0.1:" + sys.argv[2], rank=rank, world_size=2)
 same = reduce_sums({"a": 1.0 + rank, "len_max": 3.0 * rank})
 # rank 1 trained nothing: the figures of the micro-batches it did not run are missing there
 mine = {"a": 1.0, "is_tokens": 5.0, "is_weight_max": 1.5} if rank == 0 else {"a": 2.0, "env/x": 4.0}
-print(json.dumps([same, reduce_sums(mine)]))
+# a reward's own metrics (rlvr.rewards.runner.metric_sums): rank 0's records were no cache hits
+judge = "reward_metric/judge/"
+costs = {judge + "seconds_mean": 2.0, judge + "seconds_mean/n": 1.0, judge + "seconds_max": 2.0}
+if rank == 1:
+    costs = {judge + "seconds_mean": 7.0, judge + "seconds_mean/n": 2.0, judge + "seconds_max": 4.0,
+             judge + "cache_hits": 4.0}
+print(json.dumps([same, reduce_sums(mine), reward_metrics(reduce_sums(costs))]))
 dist.destroy_process_group()
 '''
 
@@ -254,7 +261,9 @@ def test_reduce_sums_matches_names_when_a_rank_lacks_some(tmp_path):
     outs = [json.loads(p.communicate(timeout=120)[0]) for p in ranks]
     assert [p.returncode for p in ranks] == [0, 0]
     assert outs[0] == outs[1] == [{"a": 3.0, "len_max": 3.0},
-                                  {"a": 3.0, "env/x": 4.0, "is_tokens": 5.0, "is_weight_max": 1.5}]
+                                  {"a": 3.0, "env/x": 4.0, "is_tokens": 5.0, "is_weight_max": 1.5},
+                                  {"reward/judge/cache_hits": 4.0, "reward/judge/seconds_max": 4.0,
+                                   "reward/judge/seconds_mean": 3.0}]
 
 
 def test_steps_whose_environment_failed_name_it_and_its_reason():

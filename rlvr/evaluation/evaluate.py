@@ -23,6 +23,7 @@ from rlvr.recipe.spec import Recipe
 from rlvr.rewards.runner import BoundReward, bind_rewards
 from rlvr.rewards.scored import sample_and_score
 from rlvr.runs.logs import ProgressLog
+from rlvr.runs.metrics import reward_metrics
 from rlvr.sampling.episodes import episode_runner
 from rlvr.sampling.prompts import PromptSet, load_prompt_set
 
@@ -61,7 +62,8 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
     """Sample, score and summarise the eval prompts: (summary, this rank's per-prompt results).
     Ranks split the prompts; the summary's counts are summed over ranks. With ``episodes`` (an
     ``rlvr.sampling.episodes.EpisodeRunner``) each sample is an episode, and the summary has its
-    tool figures. With ``progress_label`` a line is logged at each tenth of the samples drawn.
+    tool figures; the rewards' own metrics (``Score.metrics``) are in it as ``reward/<reward>/<key>``,
+    as in a step's row. With ``progress_label`` a line is logged at each tenth of the samples drawn.
     What the rewards could not score is logged in one line; with ``require_scores`` an evaluation
     whose correctness reward scored no sample (of any rank) raises ``RlvrError`` naming it and why:
     its accuracy would be a 0 that measured nothing."""
@@ -100,6 +102,7 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
     local.update({f"pass@{k}": sum(pass_at_k(n, sum(p["passed"]), k) for p in per_prompt) for k in ks})
     if batch.episodes is not None:  # the episodes' figures, summed over ranks (their time apart)
         local.update({name: v for name, v in batch.episodes.items() if name != "time_env"})
+    local.update(scored.metrics)  # the rewards' own (Score.metrics), summed over ranks too
     total = reduce_sums(local)
     count = total["n"]
     if require_scores and count and total["unscorable"] == count * n:
@@ -121,6 +124,7 @@ def evaluate_with(recipe: Recipe, rewards: Sequence[BoundReward], sampler, eval_
     }
     if n > 1:
         result[f"maj@{n}"] = total["maj"] / count if count else 0.0
+    result.update(reward_metrics(total))  # reward/<reward>/<key>, as in metrics.jsonl
     if episodes is not None:
         result["episodes"] = episode_report(total)
     if eval_set.dropped:

@@ -20,6 +20,13 @@ A record a weighted reward could not score counts as that reward's ``when_unscor
 (``UNSCORED_MODES``): ``void`` leaves the record's total ``None`` (left out of training's
 baselines and updates), ``skip`` sums the rewards that did score, each with its weight, as TRL
 does (a record none of them scored stays ``None``), ``zero`` counts the reward as 0.
+
+A reward's own figures (``Score.metrics``: seconds, tokens, requests) are added up per batch into
+``RewardBatch.metrics`` (``metric_sums``), as named sums that add up again over sampling rounds
+and ranks (``rlvr.models.distributed.add_sums``, ``reduce_sums``) and become the step's
+``reward/<reward>/<key>`` (``rlvr.runs.metrics.reward_metrics``). A name that is not a metric's
+(``METRIC_KEY``) or a value that is not a finite number is dropped with a warning, once per
+reward and reason: the score stands.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ import inspect
 import logging
 import math
 import numbers
+import re
+import threading
 import typing
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -108,6 +117,8 @@ class RewardBatch:
     # Records whose episode's environment failed: index -> why (``rlvr.sampling.episodes.unscore_failed``
     # leaves them unscored, whatever the rewards said).
     env_failed: dict[int, str] = field(default_factory=dict)
+    # The rewards' own figures (``Score.metrics``), summed over the batch's records (``metric_sums``).
+    metrics: dict[str, float] = field(default_factory=dict)
 
     def unscorable(self) -> int:
         return sum(v is None for v in self.total)
@@ -205,6 +216,61 @@ def _coerce(item: Any) -> tuple[float | None, dict, str | None]:
     return None, {**info, "error": error}, error
 
 
+# A reward's own metric (``Score.metrics``): a name that reads well in ``reward/<reward>/<key>``
+# and in a tracker; "/" is the host's, for the names the figures travel under (``metric_sums``).
+METRIC_KEY = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+METRIC_PREFIX = "reward_metric/"  # what the sums travel under; rlvr.runs.metrics.reward_metrics reads them
+_warned: set[tuple[str, str]] = set()
+_warned_lock = threading.Lock()
+
+
+def _metrics(reward: str, metrics: Any) -> dict[str, float]:
+    """A ``Score``'s metrics as ``{key: float}``; what is not one (a key that is no ``METRIC_KEY``,
+    a value that is no finite number, metrics that are no mapping) is left out, with a warning
+    once per reward and reason."""
+    if not metrics:
+        return {}
+    if not isinstance(metrics, Mapping):
+        _warn_once(reward, f"its Score.metrics is a {type(metrics).__name__}, not a mapping of names to numbers")
+        return {}
+    out = {}
+    for key, value in metrics.items():
+        number = _number(value)
+        if not isinstance(key, str) or not METRIC_KEY.fullmatch(key):
+            _warn_once(reward, f"metric name {one_line(repr(key), 80)} is not 1 to 64 letters, digits or _.-")
+        elif number is None or not math.isfinite(number):
+            _warn_once(reward, f"metric {key!r} is {one_line(repr(value), 80)}, not a finite number")
+        else:
+            out[key] = number
+    return out
+
+
+def _warn_once(reward: str, problem: str) -> None:
+    with _warned_lock:
+        first = (reward, problem) not in _warned
+        _warned.add((reward, problem))
+    if first:
+        log.warning("reward %r: %s: left out of the metrics", reward, escape_controls(problem))
+
+
+def metric_sums(reward: str, metrics: Sequence[Mapping[str, float]]) -> dict[str, float]:
+    """One reward's metrics over a batch's records, as named sums that add up over batches and
+    ranks (``rlvr.models.distributed.add_sums``): ``reward_metric/<reward>/<key>`` is the sum of
+    ``key`` over the records that reported it (the largest, for a key ending in ``_max``), and a
+    key ending in ``_mean`` also counts them, in ``reward_metric/<reward>/<key>/n``."""
+    out: dict[str, float] = {}
+    for record in metrics:
+        for key, value in record.items():
+            name = f"{METRIC_PREFIX}{reward}/{key}"
+            if key.endswith("_max"):
+                out[name] = max(out.get(name, -math.inf), value)
+            else:
+                out[name] = out.get(name, 0.0) + value
+            if key.endswith("_mean"):
+                out[name + "/n"] = out.get(name + "/n", 0.0) + 1.0
+    return out
+
+
 @dataclass
 class RewardRun:
     """One reward's values and explanations for a batch, and which records it failed on."""
@@ -213,6 +279,7 @@ class RewardRun:
     infos: list[dict]
     failed: dict[int, str]  # index in the batch -> why that record is None
     batch_error: str | None = None  # why the batch call failed (then each record was scored alone)
+    metrics: list[dict[str, float]] = field(default_factory=list)  # per record: its Score.metrics
 
     def message(self, name: str, first_record: int = 1) -> str | None:
         """One line for the log: which records failed and why; None when none did."""
@@ -279,13 +346,14 @@ def run_reward(
     except Exception as exc:  # noqa: BLE001 - a reward's bug must not stop training
         error = escape_controls(one_line(exc))
         if len(completions) == 1:
-            return RewardRun([None], [{"error": error}], {0: error})
+            return RewardRun([None], [{"error": error}], {0: error}, metrics=[{}])
         run = RewardRun([], [], {}, batch_error=error)
         for i in range(len(completions)):
             alone = run_reward(reward, prompts[i : i + 1], completions[i : i + 1], completion_ids[i : i + 1],
                                rows[i : i + 1], first_record + i)
             run.values += alone.values
             run.infos += alone.infos
+            run.metrics += alone.metrics
             if alone.failed:
                 run.failed[i] = alone.failed[0]
         return run
@@ -298,6 +366,11 @@ def run_reward(
             value, info = None, {"error": error}
         run.values.append(value)
         run.infos.append(_escaped(info))
+        try:
+            run.metrics.append(_metrics(reward.name, item.metrics) if isinstance(item, Score) else {})
+        except Exception as exc:  # noqa: BLE001 - a mapping whose items() raises: the score stands
+            _warn_once(reward.name, f"its Score.metrics cannot be read: {one_line(exc)}")
+            run.metrics.append({})
         if error:
             run.failed[i] = escape_controls(error)
     return run
@@ -336,16 +409,17 @@ def score_batch(
     with ThreadPoolExecutor(max_workers=max(1, len(rewards)), thread_name_prefix="rlvr-reward") as ex:
         futures = [ex.submit(run_reward, r, prompts, completions, completion_ids, rows, first_record) for r in rewards]
         runs = [f.result() for f in futures]
-    values, infos, errors = {}, {}, Counter()
+    values, infos, errors, metrics = {}, {}, Counter(), {}
     for reward, run in zip(rewards, runs):
         values[reward.name], infos[reward.name] = run.values, run.infos
+        metrics.update(metric_sums(reward.name, run.metrics))
         if run.failed:
             errors[reward.name] += len(run.failed)
             log.debug("%s", run.message(reward.name, first_record))
     weighted = [r for r in rewards if r.weight != 0]
     total = [weighted_total([(r.weight, values[r.name][i], r.when_unscored) for r in weighted])
              for i in range(len(completions))]
-    return RewardBatch([r.name for r in rewards], values, infos, total, errors)
+    return RewardBatch([r.name for r in rewards], values, infos, total, errors, metrics=metrics)
 
 
 def weighted_total(parts: Sequence[tuple[float, float | None, str]]) -> float | None:

@@ -68,6 +68,7 @@ def step_row(step: int, s: Mapping[str, float], *, world: int, reward_names: Ite
             row[f"{name}_frac"] = times[name] / times["step"]
     for name in reward_names:
         row[f"reward/{name}"] = _ratio(s[f"reward/{name}/sum"], s[f"reward/{name}/n"], math.nan)
+    row.update(reward_metrics(s))  # the rewards' own figures (Score.metrics): reward/<reward>/<key>
     if "task_n" in s:  # the task metric (the task reward, raw, against its threshold) beside the total
         row["task_accuracy"] = _ratio(s["task_pass"], s["task_n"], math.nan)
         row["task_reward_max"] = s["task_reward_max"] if s["task_n"] else math.nan
@@ -96,6 +97,25 @@ def step_row(step: int, s: Mapping[str, float], *, world: int, reward_names: Ite
             "mismatch_k3": _ratio(s["mismatch_k3"], s["is_tokens"]),
         })
     return row
+
+
+REWARD_METRIC_PREFIX = "reward_metric/"  # the sums rlvr.rewards.runner.metric_sums makes
+
+
+def reward_metrics(sums: Mapping[str, float]) -> dict[str, float]:
+    """The rewards' own figures (``Score.metrics``) from their sums over the step's (or an
+    evaluation's) records, all ranks: ``reward/<reward>/<key>`` is the sum of ``key`` over the
+    records that reported it; for a key ending in ``_max``, the largest; in ``_mean``, the mean
+    over the records that reported it."""
+    out = {}
+    for name in sorted(sums):
+        if not name.startswith(REWARD_METRIC_PREFIX) or name.count("/") != 2:  # not <reward>/<key>/n, a count
+            continue
+        value = sums[name]
+        if name.endswith("_mean"):
+            value = _ratio(value, sums.get(name + "/n", 0.0), math.nan)
+        out["reward/" + name[len(REWARD_METRIC_PREFIX):]] = value
+    return out
 
 
 def step_line(row: Mapping, total: int) -> str:

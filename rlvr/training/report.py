@@ -63,7 +63,8 @@ class StepReport:
 
 
 def rollout_sums(rollout: Rollout, task: tuple[str, float] | None = None) -> dict[str, float]:
-    """A rollout's contribution to the step's sums (rewards, lengths, per-reward values).
+    """A rollout's contribution to the step's sums (rewards, lengths, per-reward values, the
+    rewards' own metrics).
 
     ``task``: (the task reward's name, its pass threshold): counts the samples that did the task
     (``task_pass`` of ``task_n`` scorable) and its largest raw value (``task_reward_max``)."""
@@ -82,6 +83,7 @@ def rollout_sums(rollout: Rollout, task: tuple[str, float] | None = None) -> dic
         values = [v for v in rollout.reward_values[name] if v is not None]
         sums.update(task_pass=sum(v >= threshold for v in values), task_n=len(values),
                     task_reward_max=max(values, default=-math.inf))
+    sums.update(rollout.reward_metrics)  # the rewards' own figures (Score.metrics), by name
     if rollout.episodes is not None:
         sums.update(rollout.episodes)
     if rollout.pool is not None:  # the prompt pool's (data.pool): pool_prompts, pool_active, ...

@@ -69,6 +69,9 @@ class Rollout:
     pool_state: dict | None = None  # the pool's state after taking these prompts, for the checkpoint
     reward_infos: dict[str, list] | None = None  # per reward, per completion: what it said (why, pred, ...)
     unscored: Unscored = field(default_factory=Unscored)  # what the rewards could not score, all rounds
+    # The rewards' own figures (Score.metrics) as named sums (rlvr.rewards.runner.metric_sums), all
+    # rounds: a group sampled again cost its scoring too.
+    reward_metrics: dict[str, float] = field(default_factory=dict)
 
     @property
     def reward_names(self) -> list[str]:
@@ -119,6 +122,7 @@ class RolloutProducer:
         unscored = Unscored()
         t_gen = t_score = 0.0
         episodes: dict[str, float] | None = None
+        reward_metrics: dict[str, float] = {}
         wanted = self.stream.take(self.groups)
         record = getattr(self.stream, "record", None)  # a PromptPool learns from every group sampled
         while wanted:
@@ -135,6 +139,7 @@ class RolloutProducer:
             if batch.episodes is not None:
                 episodes = add_sums(episodes, batch.episodes)
             unscored.add(batch.scores.unscored())
+            reward_metrics = add_sums(reward_metrics, batch.scores.metrics)
             for index, group in zip(wanted, batch.groups()):
                 if record is not None:
                     record(index, group.total)
@@ -151,7 +156,8 @@ class RolloutProducer:
             rewards=[r for g in groups for r in g.total],
             reward_values={n: [v for g in groups for v in g.values[n]] for n in names},
             reward_infos={n: [x for g in groups for x in g.infos[n]] for n in names},
-            reward_errors=errors, unscored=unscored, rounds=rounds, time_generate=t_gen, time_score=t_score,
+            reward_errors=errors, unscored=unscored, reward_metrics=reward_metrics, rounds=rounds,
+            time_generate=t_gen, time_score=t_score,
             policy_version=version, stream_position=self.stream.position, episodes=episodes,
             time_env=episodes.pop("time_env", 0.0) if episodes else 0.0,
             pool=self.stream.figures() if record else None, pool_state=self.stream.state() if record else None,
