@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from rlvr import RlvrError
-from rlvr.host.registry import Registry, TaskSpec, ToolSpec, load_registry, make_reward_spec
+from rlvr.host.registry import Registry, TaskSpec, load_registry, make_reward_spec, make_tool_spec
 from rlvr.kit import close_shared, in_test_split, read_jsonl
-from rlvr.kit.tools import tool_from_function
 from rlvr.models.hub import check_model_name
 from rlvr.recipe.load import load_recipe
 from rlvr.recipe.resolve import resolve
@@ -172,8 +171,7 @@ def prepare(recipe, overrides, rewards, tasks, profile, extra: Mapping[str, Any]
     tools = named_tools(tools)
     for name, fn in tools.items():
         _new_name(registry.tools, name, "tool")
-        tool = tool_from_function(fn, name, origin="python")
-        registry.tools[name] = ToolSpec(name, fn, tool.schema["function"]["description"], "python", "", tool=tool)
+        registry.tools[name] = make_tool_spec(name, fn, plugin="python", version="")
     strings, settings = _overrides(overrides)
     settings = [*_weight_settings(list(rewards), weights), *settings, *(extra or {}).items()]
     # callables the recipe does not list count with weight 1.0

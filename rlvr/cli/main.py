@@ -79,9 +79,12 @@ def environments():
     """List registered multi-turn environments, with their plugin and options."""
     import inspect
 
+    from rlvr.recipe.resolve import HOST_PASSED
+
     for spec in sorted(cli_registry().environments.values(), key=lambda s: s.name):
         params = inspect.signature(spec.fn).parameters.values()
-        options = [f"{p.name}={p.default!r}" for p in params if p.kind is p.KEYWORD_ONLY and p.name != "tools"]
+        options = [f"{p.name}={p.default!r}" for p in params
+                   if p.kind is p.KEYWORD_ONLY and p.name not in HOST_PASSED["environment"]]
         runs = " (runs environment.tools)" if any(p.name == "tools" for p in params) else ""
         click.echo(f"{spec.name:<14} {spec.plugin:<12} options: {', '.join(options) or '-'}  - {spec.description}{runs}")
 

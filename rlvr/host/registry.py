@@ -251,9 +251,8 @@ class Registry:
                 fn = load_callable(source, name.partition(":")[2])
             except RlvrError as exc:
                 raise RlvrError(f"tool {name!r}: {exc}") from None
-            tool = tool_from_function(fn, origin=name)
-            self.tools[name] = ToolSpec(name, fn, tool.schema["function"]["description"], f"module {source.module}", "",
-                                        tool=tool)
+            self.tools[name] = make_tool_spec(name, fn, plugin=f"module {source.module}", version="",
+                                              call_name=fn.__name__)
         if name in self.broken:
             raise RlvrError(self.broken[name])
         spec = _lookup(self.tools, name, "tool")
@@ -349,6 +348,18 @@ def make_reward_spec(name: str, fn: Callable[..., Any], *, plugin: str, version:
         raise RlvrError(f"plugin {plugin!r}: reward {name!r}: {exc}") from None
 
 
+def make_tool_spec(name: str, fn: Callable[..., Any], *, plugin: str, version: str, description: str | None = None,
+                   call_name: str | None = None) -> ToolSpec:
+    """A tool's spec from its function, its schema built now (one-line ``RlvrError`` when it
+    cannot be). ``call_name``: the name the model calls it by, when not ``name`` (a
+    ``module:function`` reference is called by the function's name); ``description`` replaces
+    the docstring's in what the model is told."""
+    tool = tool_from_function(fn, call_name or name, origin=plugin)
+    if description:
+        tool.schema["function"]["description"] = description
+    return ToolSpec(name, fn, _describe(fn, description), plugin, version, tool=tool)
+
+
 def load_registry(pm: pluggy.PluginManager | None = None) -> Registry:
     """Call the registration hooks once; duplicates fail loudly naming both plugins."""
     pm = pm or get_plugin_manager()
@@ -410,14 +421,10 @@ def load_registry(pm: pluggy.PluginManager | None = None) -> Registry:
         def register(name: str, fn: Callable[..., Any], description: str | None = None) -> None:
             _check_name(name, "tool", registry.tools, plugin)
             try:
-                tool = tool_from_function(fn, name, origin=plugin)
+                registry.tools[name] = make_tool_spec(name, fn, plugin=plugin, version=version, description=description)
             except RlvrError as exc:  # only this name fails, when used
                 registry.broken[name] = f"plugin {plugin!r}: {exc}"
                 log.warning(f"rlvr: plugin {plugin!r}: {exc} (the tool is left out)")
-                return
-            if description:
-                tool.schema["function"]["description"] = description
-            registry.tools[name] = ToolSpec(name, fn, _describe(fn, description), plugin, version, tool=tool)
 
         return register
 

@@ -49,7 +49,7 @@ INVALID_KINDS = ("bad_json", "not_a_call", "too_large", "unclosed", "unknown_too
 @dataclass(frozen=True)
 class Tool:
     """A function offered to the model: its name in calls, the function, its schema, and where it
-    came from (``module:function``, or the plugin that registered it)."""
+    came from (the plugin that registered it, ``module M`` for a reference, ``python`` from the API)."""
 
     name: str
     fn: Callable[..., Any] = field(repr=False, compare=False)
