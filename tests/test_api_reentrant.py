@@ -10,6 +10,7 @@ import logging
 import os
 import sys
 import threading
+import traceback
 from pathlib import Path
 
 import pytest
@@ -69,8 +70,16 @@ def process_state() -> dict:
 class Leftovers:
     """The process as it was before the first run; ``check`` after each run: what is left."""
 
-    def __init__(self):
+    def __init__(self, monkeypatch):
         self.threads = set(threading.enumerate())
+        self.started: dict[threading.Thread, str] = {}  # who started each thread since: said when one is left
+        start = threading.Thread.start
+
+        def recorded(thread):
+            self.started[thread] = "".join(traceback.format_stack(limit=12)[:-1])
+            return start(thread)
+
+        monkeypatch.setattr(threading.Thread, "start", recorded)
         self.children = child_pids()
         self.state = process_state()
         self.models = models_alive()
@@ -86,10 +95,31 @@ class Leftovers:
         for key in ("environment", "excepthook", "logging", "stdout/stderr"):
             assert now[key] == self.state[key], (what, key, _diff(self.state[key], now[key]))
         # library threads that live as long as the process (tqdm's monitor) are daemons; a run's own go
-        assert wait_until(lambda: not [t for t in threading.enumerate() if t not in self.threads
-                                       and (not t.daemon or t.name.startswith("rlvr"))], timeout_s=30), (
-            what, [t.name for t in threading.enumerate() if t not in self.threads])
+        assert wait_until(lambda: not self.left_threads(), timeout_s=30), (what, self.describe(self.left_threads()))
         assert wait_until(lambda: child_pids() <= self.children, timeout_s=30), (what, child_pids() - self.children)
+
+
+    def left_threads(self) -> list[threading.Thread]:
+        return [t for t in threading.enumerate() if t not in self.threads and (t.name.startswith("rlvr") or (
+            not t.daemon and not idle_library_worker(t)))]
+
+    def describe(self, threads: list[threading.Thread]) -> str:
+        frames = sys._current_frames()
+        return "\n".join(f"{t.name}, started at\n{self.started.get(t, '?')}  now at\n"
+                         + "".join(traceback.format_stack(frames[t.ident])[-6:]) if t.ident in frames else t.name
+                         for t in threads)
+
+
+def idle_library_worker(thread: threading.Thread) -> bool:
+    """A library's pool worker waiting for work (vLLM's renderer and transformers' loader start
+    pools they shut down, or leave to their finalizers): it runs nothing and holds nothing of a run,
+    and Python wakes and joins it at exit. One of rlvr's, or one still running a job, is a leftover."""
+    frame = sys._current_frames().get(thread.ident)
+    if frame is None or thread.name.startswith("rlvr"):
+        return False
+    line = traceback.extract_stack(frame)[-1]  # the queue's get is C code: the worker's own frame is on top
+    return (line.name == "_worker" and line.filename.endswith(os.path.join("concurrent", "futures", "thread.py"))
+            and "work_queue.get" in (line.line or ""))
 
 
 def _diff(before, after):
@@ -133,7 +163,7 @@ def test_runs_one_after_another_in_one_process(tmp_path, tiny_model, small_model
     is not registered": DeepSpeed kept the first run's destroyed groups.)"""
     import rlvr.training.learner as learner
 
-    start = Leftovers()
+    start = Leftovers(monkeypatch)
     first = rlvr.api.train(RECIPE, overrides=settings(tiny_model, "hf"), rewards={"short": short},
                            tasks={"sums": ROWS}, output_dir=tmp_path / "a")
     start.check("train A")
@@ -169,11 +199,11 @@ def test_runs_one_after_another_in_one_process(tmp_path, tiny_model, small_model
 
 
 @pytest.mark.slow
-def test_vllm_runs_one_after_another_in_one_process(tmp_path, tiny_model):
+def test_vllm_runs_one_after_another_in_one_process(tmp_path, tiny_model, monkeypatch):
     """The in-process vLLM engine (CPU) twice in training and once in evaluation: vLLM destroys
     the process group itself as it shuts down, behind DeepSpeed's back, and sets a dozen variables
     in os.environ (LD_PRELOAD among them) as it starts."""
-    start = Leftovers()
+    start = Leftovers(monkeypatch)
     for name in ("a", "b"):
         result = rlvr.api.train(RECIPE, overrides=settings(tiny_model, "vllm", **{"trainer.eval_at_end": False}),
                                 rewards={"short": short}, tasks={"sums": ROWS}, output_dir=tmp_path / name)
@@ -184,3 +214,24 @@ def test_vllm_runs_one_after_another_in_one_process(tmp_path, tiny_model):
                                   rewards={"short": short}, tasks={"sums": ROWS}, output_dir=tmp_path / "ev")
     start.check("vllm evaluate")
     assert evaluated.report["n"] == 4
+
+
+def test_an_idle_library_pool_worker_is_told_from_a_busy_one_and_from_rlvrs():
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    release = threading.Event()
+    idle, busy, ours = (ThreadPoolExecutor(1), ThreadPoolExecutor(1),
+                        ThreadPoolExecutor(1, thread_name_prefix="rlvr-test"))
+    try:
+        idle.submit(int).result()
+        busy.submit(release.wait)
+        ours.submit(int).result()
+        time.sleep(0.2)
+        workers = {name: next(iter(pool._threads)) for name, pool in (("idle", idle), ("busy", busy), ("ours", ours))}
+        assert [idle_library_worker(workers[name]) for name in ("idle", "busy", "ours")] == [True, False, False]
+        assert not idle_library_worker(threading.current_thread())
+    finally:
+        release.set()
+        for pool in (idle, busy, ours):
+            pool.shutdown()
