@@ -303,6 +303,44 @@ def test_an_episode_masks_the_tool_messages_and_the_rewards_see_the_calls(chat_t
     assert tool_call([""], [""], [[]], env_state=[rows[0]["env_state"]], expected_tool=["calculator"])[0].value == 0.0
 
 
+
+def test_a_reward_reads_the_transcript_the_policys_turns_or_its_last_turn(chat_tok, tools):
+    """environment.score: a reward that takes the last number of the completion is paid by the
+    tool's answer in the transcript, and not when it reads only what the policy wrote."""
+    from rlvr.host.registry import RewardSpec
+    from rlvr.rewards.runner import BoundReward
+    from rlvr.rewards.scored import sample_and_score
+    from rlvr.sampling.prompts import Prompt, _render
+
+    def last_number(prompts, completions, completion_ids, answer):
+        found = [re.findall(r"\d+", c) for c in completions]
+        return [float(bool(f) and f[-1] == a) for f, a in zip(found, answer)]
+
+    tok = chat_tok
+    prompt, _ = _render(tok, PromptConfig(template="{{question}}"), {"question": "q?"}, [t.schema for t in tools])
+    eos = tok.convert_tokens_to_ids("<|im_end|>")
+    first = tok.encode("Let me see. " + call("lookup", key="beta"), add_special_tokens=False) + [eos]
+    last = tok.encode("I looked it up for you.", add_special_tokens=False) + [eos]
+    reward = BoundReward(RewardSpec("last_number", last_number, "", "test", "0", ("answer",), (), {}, False))
+    seen = {}
+    for score in ("transcript", "policy", "final_turn"):
+        run = EpisodeRunner(make_tools_env, {"tools": tools}, tokenizer=tok, max_turns=3, max_tokens=400,
+                            eos_ids=[eos], score=score)
+        scored = sample_and_score(ScriptedPolicy({tuple(prompt): [first, last]}), [reward],
+                                  [Prompt(prompt, "q?")], [{"question": "q?", "answer": "42"}], n=1, episodes=run,
+                                  temperature=1.0, top_p=1.0, max_tokens=100)
+        (completion,) = scored.completions
+        seen[score] = (scored.scores.total[0], completion.reward_text)
+        assert "42" in completion.text and completion.mask.count(0) > 0  # the episode itself is the same
+        assert scored.rows[0]["env_state"]["calls"][0]["result"] == 42
+    assert seen["transcript"] == (1.0, None)  # paid by the tool
+    policy_text = tok.decode(first, skip_special_tokens=True) + "\n" + "I looked it up for you."
+    assert seen["policy"] == (0.0, policy_text)
+    assert seen["final_turn"] == (0.0, "I looked it up for you.")
+    with pytest.raises(ValueError, match="transcript, policy or final_turn"):
+        EpisodeRunner(make_tools_env, {"tools": tools}, tokenizer=tok, max_turns=3, max_tokens=400, eos_ids=[eos],
+                      score="last")
+
 def test_the_prompt_shows_the_tools_through_the_template_or_the_fallback(chat_tok, tools):
     from rlvr.kit.tools import tools_prompt
     from rlvr.sampling.prompts import _render
@@ -373,6 +411,21 @@ def test_the_environments_options_do_not_take_tools(tmp_path, rlvr_cmd):
     path.write_text(path.read_text().replace("tools: [", "options: {tools: [calculator]}, tools: ["))
     one_line_error(rlvr_cmd("validate", str(path)), "has no option 'tools'")
 
+
+
+def test_the_recipe_chooses_what_the_rewards_read_of_an_episode(tmp_path, rlvr_cmd, smollm_path):
+    from transformers import AutoTokenizer
+
+    from rlvr.host.registry import load_registry
+    from rlvr.recipe.load import load_recipe
+    from rlvr.sampling.episodes import episode_runner
+
+    path = write_recipe(tmp_path, ["calculator"])
+    path.write_text(path.read_text().replace("tools: [", "score: final_turn, tools: ["))
+    runner = episode_runner(load_recipe(path), load_registry(), AutoTokenizer.from_pretrained(smollm_path))
+    assert runner.score == "final_turn"
+    path.write_text(path.read_text().replace("score: final_turn", "score: last_turn"))
+    one_line_error(rlvr_cmd("validate", str(path)), "environment.score")
 
 def lookup_for_api(key: str) -> int:
     """A lookup given to the Python API.

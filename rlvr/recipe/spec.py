@@ -395,6 +395,9 @@ class EvalConfig(Strict):
         return sorted(set(value))
 
 
+EpisodeText = Literal["transcript", "policy", "final_turn"]
+
+
 class EnvironmentConfig(Strict):
     """A multi-turn environment (``rlvr_register_environments``): each sample is an episode."""
 
@@ -408,6 +411,10 @@ class EnvironmentConfig(Strict):
     # module:function references. Their schemas are rendered into the prompt by the model's chat
     # template (tools=); the environment (one whose make takes `tools`, e.g. `tools`) runs the calls.
     tools: list[str] = Field(default_factory=list)
+    # The text the rewards read of an episode: `transcript` (all after the prompt, the environment's
+    # replies included), `policy` (the policy's turns, one per line) or `final_turn` (its last turn).
+    # A tool's output can pay a reward that reads "the last number" of the transcript; not the others.
+    score: EpisodeText = "transcript"
 
 
 class Recipe(Strict):

@@ -77,7 +77,8 @@ def sample_and_score(sampler, rewards: Sequence[BoundReward], prompts: Sequence[
     sampled = time.perf_counter()
     flat = [c for group in outs for c in group]
     scores = score_batch(rewards, [p for p in prompts for _ in range(n)],  # TRL's rewards get the messages
-                         [c.text for c in flat], [c.token_ids for c in flat], flat_rows)
+                         [c.text if c.reward_text is None else c.reward_text for c in flat],
+                         [c.token_ids for c in flat], flat_rows)
     if sums is not None:
         unscore_failed(scores, flat_rows, unscore)
     return Scored(n, flat, flat_rows, scores, sums, time_generate=sampled - start,

@@ -56,6 +56,7 @@ class Episode:
     truncated: bool = False
     error: str | None = None  # the environment raised: the episode is left unscored
     last_text: str = ""  # the policy's latest turn, decoded
+    policy_texts: list[str] = field(default_factory=list)  # each of its turns, decoded
     last_eos: bool = False  # it ended with an end-of-sequence token
 
     def add(self, ids: Sequence[int], policy: bool, logprobs: Sequence[float] | None = None) -> None:
@@ -147,10 +148,13 @@ class EpisodeRunner:
     """Plays episodes of one environment with a sampler (``rlvr.sampling.samplers.Sampler``)."""
 
     def __init__(self, make, options: dict, *, tokenizer, max_turns: int, max_tokens: int, eos_ids: Sequence[int],
-                 workers: int = 32):
+                 workers: int = 32, score: str = "transcript"):
         """``make(row, **options)`` builds one episode's environment; ``max_tokens``: the budget of
-        tokens after the prompt (the policy's and the environment's)."""
-        self.make, self.options, self.tokenizer = make, dict(options), tokenizer
+        tokens after the prompt (the policy's and the environment's); ``score``: the text of an
+        episode the rewards read (``transcript``, ``policy`` or ``final_turn``: ``reward_text``)."""
+        if score not in ("transcript", "policy", "final_turn"):
+            raise ValueError(f"score is transcript, policy or final_turn, not {score!r}")
+        self.make, self.options, self.tokenizer, self.score = make, dict(options), tokenizer, score
         self.max_turns, self.budget, self.eos = max_turns, max_tokens, set(eos_ids)
         self.chat = ChatTurns(tokenizer)
         self.workers = workers
@@ -213,6 +217,7 @@ class EpisodeRunner:
                 e.turns += 1
                 e.last_eos = bool(turn.token_ids) and turn.token_ids[-1] in self.eos
                 e.last_text = self.tokenizer.decode(turn.token_ids, skip_special_tokens=True)
+                e.policy_texts.append(e.last_text)
                 if turn.truncated or len(e.ids) >= self.budget:
                     e.done, e.truncated = True, not e.last_eos
 
@@ -267,7 +272,18 @@ class EpisodeRunner:
 
     def _completion(self, e: Episode, logprobs: bool) -> Completion:
         text = self.tokenizer.decode(e.ids, skip_special_tokens=True)
-        return Completion(text, e.ids, e.truncated, e.logprobs if logprobs else None, mask=e.mask)
+        return Completion(text, e.ids, e.truncated, e.logprobs if logprobs else None, mask=e.mask,
+                          reward_text=reward_text(self.score, e.policy_texts))
+
+
+def reward_text(score: str, policy_texts: Sequence[str]) -> str | None:
+    """What the rewards read of an episode whose policy wrote ``policy_texts``, turn by turn:
+    None for the whole transcript (the completion's text), the turns one per line, or the last."""
+    if score == "transcript":
+        return None
+    if score == "policy":
+        return "\n".join(policy_texts)
+    return policy_texts[-1] if policy_texts else ""
 
 
 def _occurrences(text: str, spelling: str) -> list[int]:
@@ -334,4 +350,4 @@ def episode_runner(recipe, registry, tokenizer, model_path: str | None = None) -
     tools = recipe_tools(recipe, registry)
     options = {**env.options, **({"tools": tools} if tools else {})}
     return EpisodeRunner(spec.fn, options, tokenizer=tokenizer, max_turns=env.max_turns,
-                         max_tokens=recipe.episode_tokens, eos_ids=eos_ids(tokenizer, model_path))
+                         max_tokens=recipe.episode_tokens, eos_ids=eos_ids(tokenizer, model_path), score=env.score)

@@ -33,6 +33,8 @@ class Completion:
     logprobs: list[float] | None = None  # per sampled token, at the sampling temperature (when asked)
     # An episode's (rlvr.sampling.episodes): 1 on the policy's tokens, 0 on the environment's; None: all 1.
     mask: list[int] | None = None
+    # What the rewards read of an episode when not all of ``text`` (the recipe's environment.score).
+    reward_text: str | None = None
 
     @property
     def policy_tokens(self) -> int:
