@@ -299,6 +299,12 @@ def needy(prompts, completions, completion_ids, *, answer):
     return [float(c == a) for c, a in zip(completions, answer)]
 
 
+def costly(prompts, completions, completion_ids):
+    """0.5, with what each record cost."""
+    return [Score(0.5, {}, {"requests": 1, "tokens": len(c), "seconds_max": len(c) / 10, "seconds_mean": len(c)})
+            for c in completions]
+
+
 def broken(split, *, data_dir):
     """A loader whose data file is missing."""
     raise FileNotFoundError("no such file: /data/broken.jsonl\\nsecond line")
@@ -310,6 +316,7 @@ def rlvr_register_rewards(register):
     register("weird", weird)
     register("slow", slow)
     register("needy", needy)
+    register("costly", costly)
 
 
 @hookimpl
@@ -374,6 +381,16 @@ def write_records(path, n, **extra):
 
 def listing(folder):
     return sorted(p.name for p in folder.iterdir())
+
+
+@pytest.mark.slow
+def test_score_says_what_the_reward_cost_over_the_whole_file(plugged, tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps({"completion": "x" * n}) + "\n" for n in (1, 2, 3, 4, 5)))
+    out = plugged("score", "--reward", "costly", "--input", src, "--output", tmp_path / "o.jsonl", "--batch-size", "2")
+    assert out.returncode == 0, out.stderr
+    # three batches: requests and tokens summed, seconds_max the largest, seconds_mean over the records
+    assert "rlvr: costly: requests 5, seconds_max 0.5, seconds_mean 3, tokens 15\n" in out.stderr
 
 
 @pytest.mark.slow

@@ -204,13 +204,16 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
     Each input line has ``completion`` plus the columns the reward needs, and may have ``prompt``
     (text, or chat messages as TRL's conversational datasets hold them). The output has the
     same records in the same order, with ``reward`` (null when unscorable) and ``reward_info``.
-    What the reward could not score is said in one line at the end; scoring none of the records
-    is an error (exit status 2, the output file left as it was).
+    What the reward could not score is said in one line at the end, and so is what it reported it
+    cost (``Score.metrics``: a judge's requests, tokens and seconds) over the whole file; scoring
+    none of the records is an error (exit status 2, the output file left as it was).
     """
     from rlvr.kit import completion_text
     from rlvr.kit.data import numbered_jsonl
     from rlvr.recipe.load import parse_overrides
+    from rlvr.models.distributed import add_sums
     from rlvr.rewards.runner import BoundReward, Unscored, score_batch
+    from rlvr.runs.metrics import reward_metrics
     from rlvr.runs.outputs import open_output, same_file, signals_remove_temporaries
 
     spec = cli_registry().reward(reward_name)
@@ -233,6 +236,7 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
     reward = BoundReward(spec, 1.0, opts)
     count = scored = stringified = 0
     unscored = Unscored()
+    costs: dict[str, float] = {}  # the reward's own figures (Score.metrics), as sums over the batches
     # open_output writes a regular file beside the target and renames it at the end: a failure
     # or a signal leaves the old output as it was (rlvr.runs.outputs); a FIFO or device is streamed to.
     with signals_remove_temporaries(), open_output(output_path) as out:
@@ -240,7 +244,7 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
         prompts: list = []  # each record's prompt as the rewards get it (_record_prompt)
 
         def flush():
-            nonlocal scored, stringified
+            nonlocal scored, stringified, costs
             first = count - len(batch) + 1  # the number of batch[0] in the whole input
             for i, row in enumerate(batch):
                 if not isinstance(row.get("completion"), (str, list, dict)):
@@ -258,6 +262,7 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
             except RlvrError as exc:  # a missing column: "record N: ..."
                 raise RlvrError(f"{input_path}: {exc}") from None
             unscored.add(result.unscored())
+            costs = add_sums(costs, result.metrics)
             for row, value, info in zip(batch, result.values[reward_name], result.infos[reward_name]):
                 line, changed = _json_line({**row, "reward": value, "reward_info": info})
                 out.write(line)
@@ -281,6 +286,10 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
     if stringified:
         click.echo(f"rlvr: note: the reward_info of {stringified} records held values that are not JSON; "
                    "they were written as strings", err=True)
+    if figures := reward_metrics(costs):  # what a judge or a service cost: requests, tokens, seconds
+        prefix = f"reward/{reward_name}/"
+        click.echo(f"rlvr: {reward_name}: " + ", ".join(f"{name.removeprefix(prefix)} {value:g}"
+                                                      for name, value in figures.items()), err=True)
     where = "stdout" if str(output_path) == "-" else output_path
     click.echo(f"scored {scored}/{count} records with {reward_name!r} -> {where}", err=True)
 
