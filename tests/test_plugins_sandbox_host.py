@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 from pathlib import Path
 
 import pytest
+from helpers.ordinary_user import USERS, as_ordinary_user
 
 pytestmark = pytest.mark.slow  # starts real sandbox pools
 
@@ -181,55 +180,6 @@ def run_routes(isolation: str) -> dict:
         sb.close_all()
 
 
-# Runs run_routes as an ordinary user: from root, in a mount namespace of its own where /root
-# (which may hold the interpreter) is a traversable tmpfs with the interpreter's prefix bound
-# back into it, then as the given uid with no groups; prints run_routes' JSON.
-AS_USER = r'''
-import ctypes, json, os, sys
-uid, isolation, prefix = int(sys.argv[1]), sys.argv[2], sys.argv[3]
-libc = ctypes.CDLL(None, use_errno=True)
-def check(ret, what):
-    if ret != 0:
-        raise OSError(ctypes.get_errno(), what)
-check(libc.unshare(0x00020000), "unshare")
-check(libc.mount(None, b"/", None, 0x4000 | 0x40000, None), "private")
-if prefix.startswith("/root/"):
-    held = os.open(prefix, os.O_PATH)
-    check(libc.mount(b"tmpfs", b"/root", b"tmpfs", 0, b"mode=755"), "tmpfs /root")
-    os.makedirs(prefix)
-    check(libc.mount(("/proc/self/fd/%d" % held).encode(), prefix.encode(), None, 0x1000, None), "bind prefix")
-os.setgroups([])
-os.setresgid(uid, uid, uid)
-os.setresuid(uid, uid, uid)
-os.environ["HOME"] = "/tmp"
-sys.path.insert(0, os.path.dirname(sys.argv[4]))
-import test_plugins_sandbox_host
-print(json.dumps(test_plugins_sandbox_host.run_routes(isolation)))
-'''
-
-
-def unused_uid() -> int:
-    """A uid no process runs as and no user database names."""
-    import pwd
-
-    for uid in range(0x6F000000 + os.getpid() % 4096, 0x6FFFFFFF):
-        try:
-            pwd.getpwuid(uid)
-            continue
-        except KeyError:
-            pass
-        if not any(entry.isdigit() and _owner(entry) == uid for entry in os.listdir("/proc")):
-            return uid
-    raise AssertionError("no unused uid")
-
-
-def _owner(pid: str) -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}").st_uid
-    except OSError:
-        return None
-
-
 class CorePatternWatch:
     """Polls ``kernel.core_pattern`` on the host while a program runs: every value it saw. As
     root, a changed pattern is put back when the watch ends (and the test fails)."""
@@ -256,9 +206,6 @@ class CorePatternWatch:
             CORE_PATTERN.write_text(self.original)
 
 
-USERS = ["as-run", "ordinary"] if os.geteuid() == 0 else ["as-run"]
-
-
 @pytest.mark.parametrize("isolation", ["bwrap", "process"])
 @pytest.mark.parametrize("user", USERS)
 def test_no_kernel_knob_is_writable_and_core_pattern_holds(isolation, user):
@@ -266,11 +213,7 @@ def test_no_kernel_knob_is_writable_and_core_pattern_holds(isolation, user):
         if user == "as-run":
             found = run_routes(isolation)
         else:
-            prefix = os.path.realpath(sys.base_prefix)
-            proc = subprocess.run([sys.executable, "-c", AS_USER, str(unused_uid()), isolation, prefix, __file__],
-                                  capture_output=True, text=True, timeout=600)
-            assert proc.returncode == 0, proc.stderr[-3000:]
-            found = json.loads(proc.stdout.strip().splitlines()[-1])
+            found = as_ordinary_user(__file__, "run_routes", isolation)
     assert watch.seen == {watch.original}, f"kernel.core_pattern changed on the host: {watch.seen}"
     assert found["tool"] == "ok", found
     cell = json.loads(found["cell"])

@@ -6,6 +6,7 @@ with their masks; the call records the rewards see; recipes and the Python API n
 from __future__ import annotations
 
 import json
+import os
 import re
 import textwrap
 import time
@@ -17,6 +18,7 @@ from rlvr_plugins.tools_env import make_tools_env
 
 from helpers import ROOT, one_line_error
 from helpers.episodes import ScriptedPolicy
+from helpers.ordinary_user import USERS, as_ordinary_user
 from rlvr import RlvrError
 from rlvr.kit.tools import tool_from_function
 from rlvr.recipe.spec import PromptConfig
@@ -183,6 +185,53 @@ def test_the_sandbox_keeps_a_naive_tool_from_reading_the_host(tools, tmp_path):
     # run: process is the user's choice for tools that need the host: there it reads the file
     trusted = make_tools_env({}, tools=tools, run="process")
     assert list(trusted.step(call("read", path=str(secret))).text) == ["the host's secret"]
+
+
+def tools_in_every_run() -> dict:
+    """One turn of four calls (a lookup, the calculator, a read of a file the user can read, a
+    call past its timeout) in the sandbox under bwrap and under process isolation, and in worker
+    processes: what came back, as whoever runs it (tests/helpers/ordinary_user.py)."""
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from rlvr_plugins import sandbox
+
+    folder = Path(tempfile.mkdtemp())
+    (folder / "own_tools.py").write_text(TOOLS_SOURCE)
+    secret = folder / "secret.txt"
+    secret.write_text("the host's secret")
+    secret.chmod(0o644)
+    sys.path.insert(0, str(folder))
+    try:
+        import own_tools
+        tools = [tool_from_function(getattr(own_tools, n)) for n in ("lookup", "read", "nap")]
+        tools.append(tool_from_function(calculator))
+        found = {}
+        for run, isolation in (("sandbox", "bwrap"), ("sandbox", "process"), ("process", "bwrap")):
+            env = make_tools_env({}, tools=tools, run=run, isolation=isolation, timeout_s=3.0)
+            reply = env.step(call("lookup", key="beta") + call("calculator", expression="48213*9187")
+                             + call("read", path=str(secret)) + call("nap", seconds=60))
+            found[f"{run}/{isolation}"] = {"texts": list(reply.text), "statuses": [c["status"] for c in env.state["calls"]]}
+        return {"uid": os.getuid(), "found": found}
+    finally:
+        sandbox.close_all()
+        sys.path.remove(str(folder))
+        sys.modules.pop("own_tools", None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("user", USERS)
+def test_tools_run_the_same_as_root_and_as_an_ordinary_user(user):
+    got = tools_in_every_run() if user == "as-run" else as_ordinary_user(__file__, "tools_in_every_run")
+    assert (got["uid"] != 0) == (user == "ordinary" or os.geteuid() != 0)
+    for where, found in got["found"].items():
+        texts = found["texts"]
+        assert texts[:2] == ["42", "442932831"] and found["statuses"][:2] == ["ok", "ok"], (where, found)
+        assert found["statuses"][3] == "timeout" and "did not finish within 3 seconds" in texts[3], (where, found)
+    # bwrap shows the tool no host file, even one its user may read; worker processes read it
+    assert got["found"]["sandbox/bwrap"]["texts"][2].startswith("Error: the tool raised"), got
+    assert got["found"]["process/bwrap"]["texts"][2] == "the host's secret"
 
 
 @pytest.mark.parametrize("turn, kind", [

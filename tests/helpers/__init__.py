@@ -11,6 +11,7 @@ Its submodules serve the tests of one part each:
 - ``recipes``: the smallest valid recipe;
 - ``docs``: the fenced blocks of a markdown file, and recipes among them;
 - ``loopback``: a JSON service on loopback that answers as a test says (the ``http`` and ``judge`` rewards');
+- ``ordinary_user``: a test's function run again as an unused uid, when the suite runs as root;
 - ``skips``: the rule ``make test`` runs under (``--no-skips``): a skip is a failure unless this
   machine explains it.
 """
