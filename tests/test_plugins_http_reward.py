@@ -287,8 +287,14 @@ def test_https_checks_the_certificate_and_a_failed_check_is_not_retried(https_fa
     assert out[0].value == 1.0 and https_fake.requests[0][1]["Authorization"] == f"Bearer {SECRET}"
 
 
-def test_a_secret_sent_in_clear_text_beyond_this_host_is_warned_about_once(secret_file, caplog):
-    url = "http://192.0.2.1:9/score"  # TEST-NET-1: never reached
+def test_a_secret_sent_in_clear_text_beyond_this_host_is_warned_about_once(secret_file, caplog, monkeypatch):
+    import rlvr.kit.http
+
+    def nowhere(target, *args):  # tests reach no address but loopback: the attempt fails here
+        raise rlvr.kit.http.HttpFailure(f"not sent to {target.host}")
+
+    monkeypatch.setattr(rlvr.kit.http, "_attempt", nowhere)
+    url = "http://192.0.2.1:9/score"  # TEST-NET-1
     for _ in range(2):
         out = score(url, ["a"], secret_file=secret_file, timeout_s=0.2, retries=0)
         assert out[0].value is None
