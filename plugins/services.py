@@ -1,6 +1,6 @@
 """What the rewards that ask a service (``http``, ``judge``) share: their options' types, checked
-by ``rlvr validate`` before any model loads, the secret, and the warning about sending it in
-clear text.
+by ``rlvr validate`` before any model loads (the URL with the proxy the environment names for
+it), the secret, and the warning about sending it in clear text.
 
 The secret is never an option's value (a recipe is copied, logged and committed): ``secret_file``
 names a file whose first line it is, ``secret_env`` an environment variable that holds it. Both
@@ -17,7 +17,7 @@ from typing import Annotated
 from annotated_types import Ge, Gt, Le
 from pydantic import AfterValidator
 
-from rlvr.kit.http import check_url, cleartext, read_secret
+from rlvr.kit.http import check_url, cleartext, proxy_for, read_secret
 
 __all__ = ["Backoff", "Concurrency", "ResponseBytes", "Retries", "SecretEnv", "SecretFile", "Seconds", "Url",
            "secret_for"]
@@ -35,7 +35,13 @@ def _secret_env(name: str) -> str:
     return name
 
 
-Url = Annotated[str, AfterValidator(check_url)]
+def _url(url: str) -> str:
+    check_url(url)
+    proxy_for(url)  # a proxy variable rlvr cannot use is refused here too, before any model loads
+    return url
+
+
+Url = Annotated[str, AfterValidator(_url)]
 SecretFile = Annotated[str, AfterValidator(_secret_file)]  # "": none
 SecretEnv = Annotated[str, AfterValidator(_secret_env)]  # "": none
 Seconds = Annotated[float, Gt(0), Le(3600)]

@@ -12,12 +12,13 @@ import socket
 import subprocess
 import sys
 import time
+from contextlib import contextmanager
 
 import pytest
 
 from helpers import ROOT, wait_until
 from helpers.docs import check_recipe, recipe_blocks
-from helpers.loopback import Service, serving
+from helpers.loopback import Proxy, Service, serving
 from helpers.runs import listening_sockets
 
 from rlvr import RlvrError
@@ -28,6 +29,10 @@ from rlvr_plugins.http_reward import http_reward
 SECRET = "s3cret-token-for-the-http-reward-tests"
 SERVER_SCRIPT = ROOT / "examples" / "reward-server" / "server.py"
 SELF_SIGNED = ROOT / "tests" / "data" / "loopback-self-signed.pem"  # key and certificate for 127.0.0.1, 100 years
+# ... and for scorer.invalid, a name no resolver knows: reached only through the test's proxy
+SCORER_INVALID = ROOT / "tests" / "data" / "scorer-invalid-self-signed.pem"
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "all_proxy",
+                   "no_proxy")
 
 
 def scores_of_ones(h, body, n):
@@ -264,17 +269,24 @@ def test_the_secret_never_reaches_the_infos_or_the_log(fake, secret_file, caplog
     assert all(SECRET not in str(value) for _, _, body in fake.requests for value in body["records"])
 
 
-@pytest.fixture
-def https_fake():
-    """A scoring service on loopback behind TLS, with a self-signed certificate for 127.0.0.1."""
+@contextmanager
+def tls_service(key_and_certificate):
+    """A scoring service on loopback behind TLS (scores of 1.0), with this key and certificate."""
     import ssl
 
     service = Service(scores_of_ones)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(SELF_SIGNED)
+    context.load_cert_chain(key_and_certificate)
     service.socket = context.wrap_socket(service.socket, server_side=True)
-    service.url = f"https://127.0.0.1:{service.server_address[1]}/score"
     with serving(service):
+        yield service
+
+
+@pytest.fixture
+def https_fake():
+    """A scoring service on loopback behind TLS, with a self-signed certificate for 127.0.0.1."""
+    with tls_service(SELF_SIGNED) as service:
+        service.url = f"https://127.0.0.1:{service.server_address[1]}/score"
         yield service
 
 
@@ -285,6 +297,102 @@ def test_https_checks_the_certificate_and_a_failed_check_is_not_retried(https_fa
     monkeypatch.setenv("SSL_CERT_FILE", str(SELF_SIGNED))  # a private authority the user trusts
     out = score(https_fake.url, ["a"], secret_file=secret_file)
     assert out[0].value == 1.0 and https_fake.requests[0][1]["Authorization"] == f"Bearer {SECRET}"
+
+
+# ------------------------------------------------------------------------------- proxies
+
+@pytest.fixture
+def proxies(monkeypatch):
+    """The proxy variables cleared; ``proxies(HTTPS_PROXY=...)`` sets some."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    return lambda **names: [monkeypatch.setenv(k, v) for k, v in names.items()]
+
+
+def basic(user: str, password: str) -> str:
+    import base64
+
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+@pytest.fixture
+def tls_scorer():
+    """A scoring service on loopback behind TLS, its certificate for scorer.invalid."""
+    with tls_service(SCORER_INVALID) as service:
+        yield service
+
+
+def test_https_goes_through_the_environments_proxy_in_a_tunnel_the_secret_inside_tls(
+        tls_scorer, proxies, secret_file, monkeypatch):
+    port = tls_scorer.server_address[1]
+    with serving(Proxy(("127.0.0.1", port), credentials=basic("ann", "pa ss"))) as proxy:
+        proxies(HTTPS_PROXY=f"http://ann:pa%20ss@127.0.0.1:{proxy.server_address[1]}",
+                HTTP_PROXY="http://127.0.0.1:9")  # the other scheme's: not used for https
+        monkeypatch.setenv("SSL_CERT_FILE", str(SCORER_INVALID))
+        out = score(f"https://scorer.invalid:{port}/score", ["a", "b"], secret_file=secret_file)
+        assert [s.value for s in out] == [1.0, 1.0], whys(out)
+        ((method, target, headers),) = proxy.seen
+        assert (method, target) == ("CONNECT", f"scorer.invalid:{port}")
+        assert headers["proxy-authorization"] == basic("ann", "pa ss")
+        assert not any(SECRET in value for value in headers.values())  # the bearer secret went inside TLS only
+        path, sent, _ = tls_scorer.requests[0]
+        assert path == "/score" and sent["Authorization"] == f"Bearer {SECRET}" and "Proxy-Authorization" not in sent
+
+        # the certificate is checked against the host named, through the tunnel too
+        out = score(f"https://other.invalid:{port}/score", ["a"], secret_file=secret_file, retries=2)
+        assert out[0].value is None and out[0].info["why"].startswith("other.invalid: Hostname mismatch"), whys(out)
+        assert len(proxy.seen) == 2  # not retried
+
+        # a proxy that refuses our credentials: its answer, once, and no password in it
+        proxies(HTTPS_PROXY=f"http://ann:wrong-password@127.0.0.1:{proxy.server_address[1]}")
+        out = score(f"https://scorer.invalid:{port}/score", ["a"], secret_file=secret_file, retries=2)
+        why = out[0].info["why"]
+        assert out[0].value is None and "407 Proxy Authentication Required" in why and "wrong-password" not in why
+        assert f"proxy 127.0.0.1:{proxy.server_address[1]}, to scorer.invalid:{port}" in why
+        assert len(proxy.seen) == 3
+    assert len(tls_scorer.requests) == 1
+
+
+def test_plain_http_is_sent_to_the_proxy_with_the_whole_url(fake, proxies):
+    with serving(Proxy(("127.0.0.1", fake.server_address[1]))) as proxy:
+        proxies(HTTP_PROXY=proxy.address)
+        out = score("http://scorer.invalid:8080/score?v=2", ["a"])
+        assert out[0].value == 1.0, whys(out)
+        assert [(m, t) for m, t, _ in proxy.seen] == [("POST", "http://scorer.invalid:8080/score?v=2")]
+        assert fake.requests[0][0] == "/score?v=2"
+        proxies(HTTP_PROXY=f"http://127.0.0.1:{closed_port()}")
+        out = score("http://scorer.invalid:8080/score", ["a"], retries=0)
+        assert out[0].info["why"].startswith("connection refused by proxy 127.0.0.1:"), whys(out)
+
+
+def test_which_proxy_a_url_goes_through(proxies):
+    from rlvr.kit.http import proxy_for
+
+    assert proxy_for("https://scorer.invalid/score") is None  # no variable: direct
+    proxies(HTTPS_PROXY="proxy.corp:3128", ALL_PROXY="http://all.corp:1080")
+    assert proxy_for("https://scorer.invalid/score") == "proxy.corp:3128"  # a bare host:port is http://
+    assert proxy_for("http://scorer.invalid/score") == "all.corp:1080"  # no HTTP_PROXY: ALL_PROXY
+    for loopback in ("localhost", "127.0.0.1", "127.3.4.5", "[::1]"):  # always direct, whatever NO_PROXY says
+        assert proxy_for(f"https://{loopback}:8000/v1") is None
+    proxies(NO_PROXY="other.invalid, .corp.invalid")
+    assert proxy_for("https://other.invalid/x") is None and proxy_for("https://a.corp.invalid/x") is None
+    assert proxy_for("https://scorer.invalid/x") == "proxy.corp:3128"
+
+
+@pytest.mark.parametrize("value", ["socks5://ann:hunter2@127.0.0.1:1080", "https://ann:hunter2@proxy.corp:3128",
+                                   "http://ann:hunter2@:3128"])
+def test_a_proxy_rlvr_cannot_use_is_refused_in_one_line_before_anything_is_sent(value, proxies, registry):
+    proxies(HTTPS_PROXY=value)
+    with pytest.raises(RlvrError) as err:
+        BoundReward(registry.reward("http"), 1.0, {"url": "https://scorer.invalid/score"})
+    message = str(err.value)
+    assert "HTTPS_PROXY names a proxy rlvr cannot use" in message and "only an http://host:port proxy" in message
+    assert "hunter2" not in message and "\n" not in message
+    with pytest.raises(RlvrError, match="HTTPS_PROXY names a proxy rlvr cannot use"):
+        BoundReward(registry.reward("judge"), 1.0, {"base_url": "https://judge.invalid/v1"})
+    out = score("https://scorer.invalid/score", ["a"])  # set after the options were checked: each record says so
+    assert out[0].value is None and "HTTPS_PROXY names a proxy rlvr cannot use" in out[0].info["why"]
+    assert "hunter2" not in out[0].info["why"]
 
 
 def test_a_secret_sent_in_clear_text_beyond_this_host_is_warned_about_once(secret_file, caplog, monkeypatch):

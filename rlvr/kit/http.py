@@ -20,10 +20,17 @@ does not control make it read without end, go elsewhere, or say its secret. ``po
 
 ``read_secret`` takes the bearer secret from a file or an environment variable, never from an
 option's value; ``check_url`` refuses what is not ``http(s)://host[:port]/path`` (credentials in
-the address included: they belong in the secret). Connections go straight to the URL's host:
-proxy variables (``HTTPS_PROXY``) are not read. https checks the host's certificate against the
+the address included: they belong in the secret). https checks the host's certificate against the
 system's authorities (or those ``SSL_CERT_FILE`` names); a certificate that fails is not retried.
-Standard library only.
+
+Proxies are those the environment names, as curl and Python's urllib read them
+(``HTTPS_PROXY``/``https_proxy`` for https, ``HTTP_PROXY``/``http_proxy`` for http, else
+``ALL_PROXY``; ``NO_PROXY`` hosts and domains go direct): https goes through a ``CONNECT`` tunnel,
+so TLS, and the secret, run end to end with the host; plain http is sent to the proxy. A proxy
+is an ``http://[user:password@]host[:port]`` address (its credentials go in
+``Proxy-Authorization``, never in a message); another scheme is a one-line failure. Loopback
+addresses (``localhost``, 127.0.0.0/8, ::1) always go direct: a proxy cannot reach this host's
+loopback, and a local service's secret has no business at a proxy. Standard library only.
 """
 
 from __future__ import annotations
@@ -40,12 +47,14 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Mapping
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
+from urllib.request import getproxies_environment, proxy_bypass_environment
 
 from rlvr.kit.data import parse_json
 from rlvr.kit.text import escape_controls, one_line
 
-__all__ = ["HttpAnswer", "HttpFailure", "MAX_BACKOFF_S", "check_url", "cleartext", "post_json", "read_secret", "redact"]
+__all__ = ["HttpAnswer", "HttpFailure", "MAX_BACKOFF_S", "check_url", "cleartext", "post_json", "proxy_for",
+           "read_secret", "redact"]
 
 MAX_BACKOFF_S = 30.0
 RETRYABLE_STATUS = frozenset({408, 425, 429})  # and every 5xx
@@ -77,16 +86,85 @@ class HttpAnswer:
 
 
 @dataclass(frozen=True)
+class _Proxy:
+    host: str
+    port: int
+    authorization: str | None  # the Proxy-Authorization header's value, from the proxy's address
+
+    @property
+    def name(self) -> str:
+        return f"proxy {self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
 class _Target:
     https: bool
     host: str
     port: int
     path: str
 
-    def connection(self, timeout_s: float) -> http.client.HTTPConnection:
-        if self.https:
-            return http.client.HTTPSConnection(self.host, self.port, timeout=timeout_s, context=_tls())
-        return http.client.HTTPConnection(self.host, self.port, timeout=timeout_s)
+    def connection(self, timeout_s: float, proxy: _Proxy | None) -> http.client.HTTPConnection:
+        """A connection to the host, or to ``proxy``: a tunnel for https, a plain one for http."""
+        if proxy is None:
+            if self.https:
+                return http.client.HTTPSConnection(self.host, self.port, timeout=timeout_s, context=_tls())
+            return http.client.HTTPConnection(self.host, self.port, timeout=timeout_s)
+        if self.https:  # CONNECT host:port, then TLS with the host through it (its name checked)
+            connection = http.client.HTTPSConnection(proxy.host, proxy.port, timeout=timeout_s, context=_tls())
+            auth = {"Proxy-Authorization": proxy.authorization} if proxy.authorization else None
+            connection.set_tunnel(self.host, self.port, headers=auth)
+            return connection
+        return http.client.HTTPConnection(proxy.host, proxy.port, timeout=timeout_s)
+
+    def request_target(self, proxy: _Proxy | None) -> str:
+        """The request line's target: the path, or the whole URL for a plain-http proxy."""
+        if proxy is None or self.https:
+            return self.path
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}{self.path}"
+
+
+def _loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def proxy_for(url: str) -> str | None:
+    """The proxy a POST to ``url`` goes through (``host:port``), None when it goes direct; a
+    proxy variable rlvr cannot use is a one-line ``ValueError`` (see the module docstring)."""
+    proxy = _proxy(_target(url))
+    return None if proxy is None else f"{proxy.host}:{proxy.port}"
+
+
+def _proxy(target: _Target) -> _Proxy | None:
+    proxies = getproxies_environment()
+    address = proxies.get("https" if target.https else "http") or proxies.get("all")
+    if not address or _loopback(target.host) or proxy_bypass_environment(target.host, proxies):
+        return None
+    which = ("HTTPS_PROXY" if target.https else "HTTP_PROXY") if proxies.get("https" if target.https else "http") \
+        else "ALL_PROXY"
+    if "://" not in address:
+        address = "http://" + address  # curl's reading of a bare host:port
+    try:
+        parts = urlsplit(address)
+        port = parts.port
+    except ValueError:
+        parts, port = None, None
+    if parts is None or parts.scheme != "http" or not parts.hostname:
+        shown = parts._replace(netloc=parts.hostname or "").geturl() if parts is not None else "it"
+        raise ValueError(f"{which} names a proxy rlvr cannot use ({escape_controls(one_line(shown, 80))}): "
+                         "only an http://host:port proxy")
+    authorization = None
+    if parts.username is not None:
+        import base64
+
+        pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+        authorization = "Basic " + base64.b64encode(pair).decode("ascii")
+    return _Proxy(parts.hostname, port or 80, authorization)
 
 
 _TLS: dict[tuple[str | None, str | None], ssl.SSLContext] = {}
@@ -138,12 +216,7 @@ def cleartext(url: str) -> bool:
     """Whether a secret sent to ``url`` would cross a network unencrypted: plain http to a host
     other than this one's loopback."""
     target = _target(url)
-    if target.https or target.host == "localhost":
-        return False
-    try:
-        return not ipaddress.ip_address(target.host).is_loopback
-    except ValueError:
-        return True
+    return not target.https and not _loopback(target.host)
 
 
 def read_secret(secret_file: str = "", secret_env: str = "") -> str:
@@ -264,13 +337,17 @@ def _read(response: http.client.HTTPResponse, max_bytes: int, whole: bool = True
 
 
 def _attempt(target: _Target, payload: bytes, headers: Mapping[str, str], timeout_s: float, max_bytes: int,
-             secret: str) -> tuple[int, bytes]:
-    connection = target.connection(timeout_s)
+             secret: str, proxy: _Proxy | None = None) -> tuple[int, bytes]:
+    connection = target.connection(timeout_s, proxy)
     watchdog = _Watchdog(timeout_s)
+    via = f" via {proxy.name}" if proxy else ""
     try:
-        connection.connect()  # within timeout_s (the socket's timeout), TLS handshake included
+        connection.connect()  # within timeout_s (the socket's timeout), the tunnel and TLS handshake included
         watchdog.watch(connection.sock)
-        connection.request("POST", target.path, body=payload, headers=dict(headers))
+        sent = dict(headers)
+        if proxy is not None and proxy.authorization and not target.https:
+            sent["Proxy-Authorization"] = proxy.authorization
+        connection.request("POST", target.request_target(proxy), body=payload, headers=sent)
         response = connection.getresponse()
         status = response.status
         if 300 <= status < 400:
@@ -294,11 +371,17 @@ def _attempt(target: _Target, payload: bytes, headers: Mapping[str, str], timeou
                           ) from None
     except (OSError, http.client.HTTPException) as exc:
         if watchdog.fired or isinstance(exc, TimeoutError):
-            raise HttpFailure(f"no answer within {timeout_s:g} s", retryable=True) from None
+            raise HttpFailure(f"no answer within {timeout_s:g} s{via}", retryable=True) from None
         if isinstance(exc, ConnectionRefusedError):
-            raise HttpFailure(f"connection refused by {target.host}:{target.port}", retryable=True) from None
+            refused = proxy.name if proxy else f"{target.host}:{target.port}"
+            raise HttpFailure(f"connection refused by {refused}", retryable=True) from None
         said = one_line(f"{type(exc).__name__}: {_redacted(str(exc), secret)}", 200)
-        raise HttpFailure(f"{escape_controls(said)} ({target.host}:{target.port})",
+        if proxy is not None and str(exc).startswith("Tunnel connection failed"):  # the proxy's CONNECT answer
+            status = int(m.group(1)) if (m := re.search(r"failed: (\d{3})", str(exc))) else None
+            raise HttpFailure(f"{escape_controls(said)} ({proxy.name}, to {target.host}:{target.port})",
+                              retryable=status is None or status >= 500 or status in RETRYABLE_STATUS,
+                              status=status) from None
+        raise HttpFailure(f"{escape_controls(said)} ({target.host}:{target.port}{via})",
                           retryable=True) from None
     finally:
         watchdog.cancel()
@@ -325,6 +408,10 @@ def post_json(url: str, payload: bytes | Any, *, secret: str = "", timeout_s: fl
         target = _target(url)
     except ValueError as exc:
         raise HttpFailure(f"url {url!r}: {exc}") from None
+    try:
+        proxy = _proxy(target)
+    except ValueError as exc:
+        raise HttpFailure(str(exc)) from None
     if secret and not _fits_a_header(secret):
         raise HttpFailure("the secret holds spaces, control or non-ASCII characters")
     if not isinstance(payload, bytes):
@@ -337,7 +424,7 @@ def post_json(url: str, payload: bytes | Any, *, secret: str = "", timeout_s: fl
     while True:
         attempt += 1
         try:
-            status, body = _attempt(target, payload, sent, timeout_s, max_response_bytes, secret)
+            status, body = _attempt(target, payload, sent, timeout_s, max_response_bytes, secret, proxy)
         except HttpFailure as failure:
             if failure.retryable and attempt <= retries:
                 time.sleep(_wait(attempt, backoff_s, failure.retry_after))
