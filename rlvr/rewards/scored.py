@@ -77,9 +77,15 @@ def sample_and_score(sampler, rewards: Sequence[BoundReward], prompts: Sequence[
     sampled = time.perf_counter()
     flat = [c for group in outs for c in group]
     scores = score_batch(rewards, [p for p in prompts for _ in range(n)],  # TRL's rewards get the messages
-                         [c.text if c.reward_text is None else c.reward_text for c in flat],
-                         [c.token_ids for c in flat], flat_rows)
+                         [scored_text(c) for c in flat], [c.token_ids for c in flat], flat_rows)
     if sums is not None:
         unscore_failed(scores, flat_rows, unscore)
     return Scored(n, flat, flat_rows, scores, sums, time_generate=sampled - start,
                   time_score=time.perf_counter() - sampled)
+
+
+def scored_text(completion) -> str:
+    """What the rewards read of a completion: an episode's ``reward_text`` when the recipe's
+    ``environment.score`` chose one, else its text (a sampler's own completions may lack the field)."""
+    chosen = getattr(completion, "reward_text", None)
+    return completion.text if chosen is None else chosen
