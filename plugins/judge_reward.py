@@ -57,11 +57,11 @@ from pydantic import AfterValidator
 
 from rlvr import RlvrError, Score, hookimpl
 from rlvr.kit import completion_text, one_line
-from rlvr.kit.http import HttpFailure, check_url, post_json, proxy_for, redact
+from rlvr.kit.http import HttpFailure, post_json, redact
 from rlvr.kit.template import fields, fill
 
 from .services import (Backoff, Concurrency, ResponseBytes, Retries, SecretEnv, SecretFile, Seconds,
-                       secret_for)
+                       secret_for, service_url)
 
 __all__ = ["judge_reward", "parse_judgement", "rlvr_register_rewards", "DEFAULT_RUBRIC"]
 
@@ -83,8 +83,7 @@ Api = Literal["chat", "completions"]
 
 
 def _base_url(url: str) -> str:
-    check_url(url)
-    proxy_for(url)  # a proxy variable rlvr cannot use is refused before any model loads
+    service_url(url)
     if re.search(r"/(chat/)?completions/?$", url.split("?", 1)[0]):
         raise ValueError("give the server's base URL (e.g. http://127.0.0.1:8000/v1), without /chat/completions "
                          "or /completions: api chooses the route")

@@ -20,7 +20,7 @@ from pydantic import AfterValidator
 from rlvr.kit.http import check_url, cleartext, proxy_for, read_secret
 
 __all__ = ["Backoff", "Concurrency", "ResponseBytes", "Retries", "SecretEnv", "SecretFile", "Seconds", "Url",
-           "secret_for"]
+           "secret_for", "service_url"]
 
 log = logging.getLogger("rlvr.rewards.services")
 
@@ -35,13 +35,15 @@ def _secret_env(name: str) -> str:
     return name
 
 
-def _url(url: str) -> str:
+def service_url(url: str) -> str:
+    """``url`` when rlvr can POST to it (``check_url``) through the proxy the environment names for
+    it, if any; else a one-line ``ValueError``: so both are refused before any model loads."""
     check_url(url)
-    proxy_for(url)  # a proxy variable rlvr cannot use is refused here too, before any model loads
+    proxy_for(url)
     return url
 
 
-Url = Annotated[str, AfterValidator(_url)]
+Url = Annotated[str, AfterValidator(service_url)]
 SecretFile = Annotated[str, AfterValidator(_secret_file)]  # "": none
 SecretEnv = Annotated[str, AfterValidator(_secret_env)]  # "": none
 Seconds = Annotated[float, Gt(0), Le(3600)]

@@ -98,7 +98,6 @@ class Leftovers:
         assert wait_until(lambda: not self.left_threads(), timeout_s=30), (what, self.describe(self.left_threads()))
         assert wait_until(lambda: child_pids() <= self.children, timeout_s=30), (what, child_pids() - self.children)
 
-
     def left_threads(self) -> list[threading.Thread]:
         return [t for t in threading.enumerate() if t not in self.threads and (t.name.startswith("rlvr") or (
             not t.daemon and not idle_library_worker(t)))]

@@ -10,6 +10,7 @@ import os
 import re
 import textwrap
 import time
+from contextlib import contextmanager
 
 import pytest
 from rlvr_plugins.environment_reward import tool_call
@@ -99,18 +100,25 @@ def read(path: str) -> str:
 '''
 
 
-@pytest.fixture(scope="module")
-def tools_module(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("tools-module")
-    (folder / "hostile_tools.py").write_text(TOOLS_SOURCE)
+@contextmanager
+def tools_source_as(folder, name: str):
+    """TOOLS_SOURCE written to ``folder`` as module ``name``, imported for the block."""
+    import importlib
     import sys
+
+    (folder / f"{name}.py").write_text(TOOLS_SOURCE)
     sys.path.insert(0, str(folder))
     try:
-        import hostile_tools
-        yield hostile_tools
+        yield importlib.import_module(name)
     finally:
         sys.path.remove(str(folder))
-        sys.modules.pop("hostile_tools", None)
+        sys.modules.pop(name, None)
+
+
+@pytest.fixture(scope="module")
+def tools_module(tmp_path_factory):
+    with tools_source_as(tmp_path_factory.mktemp("tools-module"), "hostile_tools") as module:
+        yield module
 
 
 @pytest.fixture(scope="module")
@@ -191,33 +199,29 @@ def tools_in_every_run() -> dict:
     """One turn of four calls (a lookup, the calculator, a read of a file the user can read, a
     call past its timeout) in the sandbox under bwrap and under process isolation, and in worker
     processes: what came back, as whoever runs it (tests/helpers/ordinary_user.py)."""
-    import sys
     import tempfile
     from pathlib import Path
 
     from rlvr_plugins import sandbox
 
     folder = Path(tempfile.mkdtemp())
-    (folder / "own_tools.py").write_text(TOOLS_SOURCE)
     secret = folder / "secret.txt"
     secret.write_text("the host's secret")
     secret.chmod(0o644)
-    sys.path.insert(0, str(folder))
-    try:
-        import own_tools
+    found = {}
+    with tools_source_as(folder, "own_tools") as own_tools:
         tools = [tool_from_function(getattr(own_tools, n)) for n in ("lookup", "read", "nap")]
         tools.append(tool_from_function(calculator))
-        found = {}
-        for run, isolation in (("sandbox", "bwrap"), ("sandbox", "process"), ("process", "bwrap")):
-            env = make_tools_env({}, tools=tools, run=run, isolation=isolation, timeout_s=3.0)
-            reply = env.step(call("lookup", key="beta") + call("calculator", expression="48213*9187")
-                             + call("read", path=str(secret)) + call("nap", seconds=60))
-            found[f"{run}/{isolation}"] = {"texts": list(reply.text), "statuses": [c["status"] for c in env.state["calls"]]}
-        return {"uid": os.getuid(), "found": found}
-    finally:
-        sandbox.close_all()
-        sys.path.remove(str(folder))
-        sys.modules.pop("own_tools", None)
+        try:
+            for run, isolation in (("sandbox", "bwrap"), ("sandbox", "process"), ("process", "bwrap")):
+                env = make_tools_env({}, tools=tools, run=run, isolation=isolation, timeout_s=3.0)
+                reply = env.step(call("lookup", key="beta") + call("calculator", expression="48213*9187")
+                                 + call("read", path=str(secret)) + call("nap", seconds=60))
+                found[f"{run}/{isolation}"] = {"texts": list(reply.text),
+                                               "statuses": [c["status"] for c in env.state["calls"]]}
+        finally:
+            sandbox.close_all()
+    return {"uid": os.getuid(), "found": found}
 
 
 @pytest.mark.slow

@@ -210,8 +210,8 @@ def score(reward_name, input_path, output_path, options, workers, batch_size):
     """
     from rlvr.kit import completion_text
     from rlvr.kit.data import numbered_jsonl
-    from rlvr.recipe.load import parse_overrides
     from rlvr.models.distributed import add_sums
+    from rlvr.recipe.load import parse_overrides
     from rlvr.rewards.runner import BoundReward, Unscored, score_batch
     from rlvr.runs.metrics import reward_metrics
     from rlvr.runs.outputs import open_output, same_file, signals_remove_temporaries

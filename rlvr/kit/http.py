@@ -35,6 +35,7 @@ loopback, and a local service's secret has no business at a proxy. Standard libr
 
 from __future__ import annotations
 
+import base64
 import http.client
 import ipaddress
 import json
@@ -142,11 +143,12 @@ def proxy_for(url: str) -> str | None:
 
 def _proxy(target: _Target) -> _Proxy | None:
     proxies = getproxies_environment()
-    address = proxies.get("https" if target.https else "http") or proxies.get("all")
+    scheme = "https" if target.https else "http"
+    address, which = proxies.get(scheme), f"{scheme.upper()}_PROXY"
+    if not address:
+        address, which = proxies.get("all"), "ALL_PROXY"
     if not address or _loopback(target.host) or proxy_bypass_environment(target.host, proxies):
         return None
-    which = ("HTTPS_PROXY" if target.https else "HTTP_PROXY") if proxies.get("https" if target.https else "http") \
-        else "ALL_PROXY"
     if "://" not in address:
         address = "http://" + address  # curl's reading of a bare host:port
     try:
@@ -160,8 +162,6 @@ def _proxy(target: _Target) -> _Proxy | None:
                          "only an http://host:port proxy")
     authorization = None
     if parts.username is not None:
-        import base64
-
         pair = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
         authorization = "Basic " + base64.b64encode(pair).decode("ascii")
     return _Proxy(parts.hostname, port or 80, authorization)

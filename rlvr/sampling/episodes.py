@@ -31,12 +31,13 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Sequence, get_args
 
 from rlvr import RlvrError
 from rlvr.host.environments import Reply, close_env, env_state
 from rlvr.kit import escape_controls, one_line
 from rlvr.models.tokens import eos_ids
+from rlvr.recipe.spec import EpisodeText
 from rlvr.sampling.samplers import Completion
 
 log = logging.getLogger("rlvr")
@@ -55,9 +56,13 @@ class Episode:
     done: bool = False
     truncated: bool = False
     error: str | None = None  # the environment raised: the episode is left unscored
-    last_text: str = ""  # the policy's latest turn, decoded
-    policy_texts: list[str] = field(default_factory=list)  # each of its turns, decoded
-    last_eos: bool = False  # it ended with an end-of-sequence token
+    policy_texts: list[str] = field(default_factory=list)  # each of the policy's turns, decoded
+    last_eos: bool = False  # its latest turn ended with an end-of-sequence token
+
+    @property
+    def last_text(self) -> str:
+        """The policy's latest turn, decoded."""
+        return self.policy_texts[-1] if self.policy_texts else ""
 
     def add(self, ids: Sequence[int], policy: bool, logprobs: Sequence[float] | None = None) -> None:
         self.ids += ids
@@ -152,8 +157,9 @@ class EpisodeRunner:
         """``make(row, **options)`` builds one episode's environment; ``max_tokens``: the budget of
         tokens after the prompt (the policy's and the environment's); ``score``: the text of an
         episode the rewards read (``transcript``, ``policy`` or ``final_turn``: ``reward_text``)."""
-        if score not in ("transcript", "policy", "final_turn"):
-            raise ValueError(f"score is transcript, policy or final_turn, not {score!r}")
+        choices = get_args(EpisodeText)
+        if score not in choices:
+            raise ValueError(f"score is {', '.join(choices[:-1])} or {choices[-1]}, not {score!r}")
         self.make, self.options, self.tokenizer, self.score = make, dict(options), tokenizer, score
         self.max_turns, self.budget, self.eos = max_turns, max_tokens, set(eos_ids)
         self.chat = ChatTurns(tokenizer)
@@ -216,8 +222,7 @@ class EpisodeRunner:
                 e.add(turn.token_ids, True, turn.logprobs)
                 e.turns += 1
                 e.last_eos = bool(turn.token_ids) and turn.token_ids[-1] in self.eos
-                e.last_text = self.tokenizer.decode(turn.token_ids, skip_special_tokens=True)
-                e.policy_texts.append(e.last_text)
+                e.policy_texts.append(self.tokenizer.decode(turn.token_ids, skip_special_tokens=True))
                 if turn.truncated or len(e.ids) >= self.budget:
                     e.done, e.truncated = True, not e.last_eos
 
