@@ -51,13 +51,14 @@ def test_bf16_side_is_the_rlvr_recipe_computing_in_bfloat16(bench):
     assert (plain["model"]["dtype"], bf16["model"]["dtype"]) == ("float32", "bfloat16")
     assert {k: v for k, v in bf16.items() if k not in ("sampling", "model", "description")} == \
         {k: v for k, v in plain.items() if k not in ("sampling", "model", "description")}
+    from rlvr.models.device import DevicePolicy
     from rlvr.training.engine import _importance_sampling
-    from rlvr.training.policy import cpu_autocast
 
-    assert cpu_autocast(Recipe.model_validate(bf16).model.dtype, cuda=False, bf16_supported=False)
+    cpu = DevicePolicy(cuda=False, cuda_rules=False, bf16=False)
+    assert cpu.autocast(Recipe.model_validate(bf16).model.dtype)
     # sampler and trainer in the same dtype: auto adds no weights on either side
-    assert _importance_sampling(Recipe.model_validate(bf16), cuda=False)[0] == "none"
-    assert _importance_sampling(Recipe.model_validate(plain), cuda=False)[0] == "none"
+    assert _importance_sampling(Recipe.model_validate(bf16), cpu)[0] == "none"
+    assert _importance_sampling(Recipe.model_validate(plain), cpu)[0] == "none"
 
 
 def run(step_s, **series):

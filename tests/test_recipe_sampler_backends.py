@@ -56,7 +56,9 @@ def test_capabilities_decide_what_a_recipe_may_ask(monkeypatch):
 
 
 def test_the_sampler_dtype_follows_the_backends_rule():
-    assert samplers.backend_dtype(recipe(backend="hf"), trainer_dtype="bfloat16", cuda=True) == "bfloat16"
-    assert samplers.backend_dtype(recipe(backend="hf"), trainer_dtype="bfloat16", cuda=False) == "float32"
-    assert samplers.backend_dtype(recipe(backend="vllm", dtype="float16"), trainer_dtype="bfloat16",
-                                  cuda=False) == "float16"
+    from rlvr.models.device import DevicePolicy
+
+    cuda, cpu = DevicePolicy(cuda=True, cuda_rules=True, bf16=True), DevicePolicy(cuda=False, cuda_rules=False, bf16=True)
+    assert samplers.backend_dtype(recipe(backend="hf"), cuda) == "bfloat16"
+    assert samplers.backend_dtype(recipe(backend="hf"), cpu) == "float32"
+    assert samplers.backend_dtype(recipe(backend="vllm", dtype="float16"), cpu) == "float16"

@@ -338,7 +338,10 @@ def test_cpu_autocast_computes_in_bfloat16_keeps_float32_weights_and_a_float32_h
     """model.dtype: bfloat16 on CPU (auto, where the CPU has bf16 instructions): the forward/backward under bf16 autocast, weights, gradients
     and the chunked output head in float32. The gradient is the float32 one up to bfloat16's
     rounding, not equal to it; the log-probs too."""
-    from rlvr.training.policy import cpu_autocast
+    from rlvr.models.device import DevicePolicy
+
+    def cpu_autocast(dtype, cuda, bf16_supported):
+        return DevicePolicy(cuda=cuda, cuda_rules=cuda, bf16=bf16_supported).autocast(dtype)
 
     # bfloat16 on CPU, or auto on a CPU with bf16 instructions; never float32, never on a GPU
     assert cpu_autocast("bfloat16", cuda=False, bf16_supported=False)
@@ -346,6 +349,7 @@ def test_cpu_autocast_computes_in_bfloat16_keeps_float32_weights_and_a_float32_h
     assert not cpu_autocast("auto", cuda=False, bf16_supported=False)
     assert not cpu_autocast("float32", cuda=False, bf16_supported=True)
     assert not cpu_autocast("bfloat16", cuda=True, bf16_supported=True)
+    assert not DevicePolicy(cuda=False, cuda_rules=True, bf16=True).autocast("bfloat16")  # as on CUDA
 
     def update(autocast: bool):
         policy, _ = ref.tiny_models()

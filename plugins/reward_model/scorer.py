@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from rlvr import RlvrError
 from rlvr.kit import cache_dir, on_close_shared, one_line
+from rlvr.models.device import device_policy
 
 __all__ = ["NAME", "Scorer", "Unfit", "load_scorer", "forget_scorers", "model_problem", "locate",
            "architecture_problem", "label_value", "resolve_device"]
@@ -244,10 +245,7 @@ class Scorer:
         return logits.float().cpu().tolist()
 
     def _free_cache(self) -> None:
-        import torch
-
-        if self.device.type == "cuda":
-            torch.cuda.empty_cache()
+        device_policy().empty_cache()
 
 
 _SCORERS: dict[tuple, Scorer | RlvrError] = {}
@@ -279,9 +277,7 @@ def _load(name: str, device: str, dtype: str) -> Scorer:
     from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
     where, target = locate(name), resolve_device(device)
-    precision = {"auto": torch.float32 if target.type == "cpu" else
-                 torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16,
-                 "float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
+    precision = getattr(torch, device_policy().reward_model_dtype(dtype, device))
     try:
         config = AutoConfig.from_pretrained(where)
         problem = architecture_problem(getattr(config, "architectures", None), name)
@@ -303,23 +299,13 @@ def _load(name: str, device: str, dtype: str) -> Scorer:
 
 
 def resolve_device(device: str) -> Any:
-    """``device`` as a torch device: ``auto`` is CUDA when there is one (the calling process's
-    current device once it has set one, else the ``LOCAL_RANK``-th), else the CPU."""
-    import torch
-
-    if device == "cpu" or device == "auto" and not torch.cuda.is_available():
-        return torch.device("cpu")
-    if not torch.cuda.is_available():
-        raise RlvrError(f"{NAME}: device {device} asked for, but no CUDA device is visible to this process")
-    count = torch.cuda.device_count()
-    if ":" in device:
-        index = int(device.partition(":")[2])
-        if index >= count:
-            raise RlvrError(f"{NAME}: device {device} asked for, but this process sees {count} CUDA device(s)")
-    else:
-        rank = int(os.environ.get("LOCAL_RANK", 0))
-        index = torch.cuda.current_device() if torch.cuda.is_initialized() else rank % count
-    return torch.device("cuda", index)
+    """``device`` as a torch device (``rlvr.models.device.DevicePolicy.reward_model_device``):
+    ``auto`` is CUDA when there is one (the calling process's current device once it has set one,
+    else the ``LOCAL_RANK``-th), else the CPU."""
+    try:
+        return device_policy().reward_model_device(device)
+    except ValueError as exc:
+        raise RlvrError(f"{NAME}: {exc}") from None
 
 
 def forget_scorers() -> None:

@@ -26,6 +26,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from rlvr import RlvrError
 from rlvr.host.registry import Registry, TaskSpec, load_registry, make_reward_spec, make_tool_spec
 from rlvr.kit import close_shared, in_test_split, read_jsonl
+from rlvr.models.device import device_policy
 from rlvr.models.hub import check_model_name
 from rlvr.recipe.load import load_recipe
 from rlvr.recipe.resolve import resolve
@@ -142,8 +143,9 @@ def _run_scope():
     import numpy as np
     import torch
 
+    policy = device_policy()
     saved = random.getstate(), np.random.get_state(), torch.get_rng_state()
-    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None
+    cuda = policy.rng_state()
     try:
         yield
     finally:
@@ -151,8 +153,7 @@ def _run_scope():
         random.setstate(saved[0])
         np.random.set_state(saved[1])
         torch.set_rng_state(saved[2])
-        if cuda is not None:
-            torch.cuda.set_rng_state_all(cuda)
+        policy.set_rng_state(cuda)
 
 
 def prepare(recipe, overrides, rewards, tasks, profile, extra: Mapping[str, Any] | None = None, *,

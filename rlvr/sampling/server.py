@@ -43,6 +43,7 @@ from rlvr.kit import one_line, open_append
 from rlvr.models.distributed import LOOPBACK_INTERFACE, SOCKET_INTERFACE_VARS, free_port, is_loopback, spans_hosts
 from rlvr.sampling.auth import SECRET_ENV, SECRET_FILE_ENV, auth_headers, new_secret, required_secret
 from rlvr.sampling.front import die_with_parent
+from rlvr.models.device import device_policy
 from rlvr.sampling.samplers import (Completion, cpu_kv_cache_bytes, per_prompt, prompt_seed, sampler_dtype,
                                     sampler_sequences, whole_prefills)
 from rlvr.sampling.transfer.base import on_each
@@ -371,7 +372,7 @@ def connect_samplers(recipe, model_path: str, *, max_model_len: int, seed: int, 
         box = [(urls, secret)]
         dist.broadcast_object_list(box, src=0)  # the trainer's own group: ranks of this run only
         urls, secret = box[0]
-    device = torch.device("cpu") if on_cpu else torch.device("cuda", torch.cuda.current_device())
+    device = device_policy().current_device()
     # samplers on other hosts reach the trainer's end of the transfer at this host's address
     address = _this_host_address() if rank == 0 and any(not _is_local(u) for u in urls) else "127.0.0.1"
     return ServerSampler(urls, secret=secret, rank=rank, world=world, timeout_s=srv.timeout_s,
@@ -461,7 +462,7 @@ def sampler_launch(recipe, registry, *, host: str, port: int) -> tuple[list[str]
     eval_set = load_prompt_set(recipe, registry, tokenizer, split="eval") if run_evaluates(recipe) else None
     longest, new_tokens = run_lengths(recipe, train_set, eval_set)
     context = context_length(longest, new_tokens, model_max_len(model_path))  # make_sampler's rule
-    s, on_cpu = recipe.sampling, not torch.cuda.is_available()
+    s, on_cpu = recipe.sampling, not device_policy().cuda
     # one sampler started by hand may serve the whole run: sized for all of it
     kv_bytes = cpu_kv_cache_bytes(recipe, model_path, context=context, on_cpu=on_cpu, seqs=sampler_sequences(
         recipe, eval_rows=len(eval_set.rows) if eval_set else 0, cap=SERVER_MAX_SEQS))

@@ -40,6 +40,7 @@ from rlvr.evaluation.compare import describe, percent
 from rlvr.evaluation.held_out import Evaluator
 from rlvr.host.registry import Registry
 from rlvr.kit import write_replacing
+from rlvr.models.device import DevicePolicy, device_policy
 from rlvr.models.distributed import environment_scope, init_default_group, process_group_scope
 from rlvr.models.hub import load_tokenizer, resolve_model
 from rlvr.recipe.sampler_backends import SAMPLER_BACKENDS
@@ -54,7 +55,7 @@ from rlvr.sampling.server import connect_samplers, run_evaluates, run_lengths
 from rlvr.training.checkpoint import (TrainState, check_output_dir, drop_checkpoints, final_dtype, load_checkpoint,
                                      save_checkpoint, save_final, stop_requests)
 from rlvr.training.learner import Learner, is_correction_mode
-from rlvr.training.policy import bf16_hardware, build_policy, cpu_autocast, lr_multiplier, sync_weights, trainer_dtype
+from rlvr.training.policy import build_policy, lr_multiplier, sync_weights
 from rlvr.training.pool import prompt_source
 from rlvr.training.report import StepReport
 from rlvr.training.rollout import Pipeline, RolloutProducer
@@ -111,13 +112,15 @@ def _train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool, v
     # group (DeepSpeed's; vLLM's engine uses it too) destroyed: nothing is left to the exit.
     with (RunOutput(output_dir, rank=rank, verbose=verbose, total_steps=t.steps) as out, process_group_scope(world),
           ExitStack() as closing):
-        device, model_path = _start_ranks(recipe, rank, world, local_rank)
-        cuda = device.type == "cuda"
+        policy = device_policy()
+        device, model_path = _start_ranks(recipe, rank, world, local_rank, policy)
+        log.info(f"device: {policy.describe()}; trainer in {policy.trainer_dtype(recipe.model.dtype)}, weights in "
+                 f"{policy.weights_dtype(recipe.model.dtype)}{', autocast' if policy.autocast(recipe.model.dtype) else ''}")
         tokenizer = load_tokenizer(model_path, recipe.model.name)
         train_set, eval_set = _prompt_sets(recipe, registry, tokenizer)
-        backend, ref_model, zero_stage = build_policy(recipe, model_path, world=world, device=device, cuda=cuda)
+        backend, ref_model, zero_stage = build_policy(recipe, model_path, world=world, device=device, policy=policy)
         zero3, lora = zero_stage == 3, bool(recipe.model.lora)
-        sampler = _sampler(recipe, model_path, train_set, eval_set, rank=rank, world=world, cuda=cuda,
+        sampler = _sampler(recipe, model_path, train_set, eval_set, rank=rank, world=world, policy=policy,
                            output_dir=output_dir, get_model=lambda: backend.module, tokenizer=tokenizer,
                            synced=zero3 and world > 1)
         # vLLM's shutdown may tear down the default process group: nothing collective after it
@@ -136,7 +139,7 @@ def _train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool, v
         if resume or (s.mode == "server" and s.server.urls):
             sync()  # a running sampler named in urls may hold another run's weights: never trust it
         stream = prompt_source(recipe, len(train_set.rows), rank, world, position, state.pool)  # data.pool or not
-        is_mode, want_logprobs = _importance_sampling(recipe, cuda)
+        is_mode, want_logprobs = _importance_sampling(recipe, policy)
         episodes = episode_runner(recipe, registry, tokenizer, model_path)
         producer = RolloutProducer(sampler, rewards, train_set, stream, groups=recipe.prompts_per_step // world,
                                    sampling=s, dynamic_sampling=algo.dynamic_sampling, seed=t.seed, rank=rank,
@@ -144,7 +147,7 @@ def _train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool, v
         pipeline = Pipeline(producer, sync, max_staleness=s.max_staleness, total_steps=t.steps, version=state.step)
         closing.callback(pipeline.close)  # its generation drawn ahead stops before the sampler closes
         learner = _learner(recipe, backend, ref_model=ref_model, is_mode=is_mode, pad_id=_pad_id(tokenizer),
-                           device=device)
+                           device=device, policy=policy)
         evaluate = Evaluator(recipe, rewards, sampler, eval_set, rank, world, output_dir, pipeline.quiesce,
                              episodes) if eval_set else None
         if evaluate and resume:  # its evaluations are paired with the one before training, if kept
@@ -188,22 +191,20 @@ def _train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool, v
         return summary
 
 
-def _start_ranks(recipe: Recipe, rank: int, world: int, local_rank: int):
+def _start_ranks(recipe: Recipe, rank: int, world: int, local_rank: int, policy: DevicePolicy):
     """This rank joined to the others (DeepSpeed on the default group), on its device, with the
     model pulled once and the run's seeds set: (device, the model's folder)."""
     import torch
 
-    cuda = torch.cuda.is_available()
-    if not cuda:
+    if not policy.cuda:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")
     import deepspeed
     import torch.distributed as dist
 
-    init_default_group("nccl" if cuda else "gloo", rank, world)  # on loopback when the run keeps to this host
-    deepspeed.init_distributed(dist_backend="nccl" if cuda else "gloo")  # adopts it
-    device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
-    if cuda:
-        torch.cuda.set_device(device)
+    init_default_group(policy.dist_backend(), rank, world)  # on loopback when the run keeps to this host
+    deepspeed.init_distributed(dist_backend=policy.dist_backend())  # adopts it
+    device = policy.device(local_rank)
+    policy.bind(device)
     if rank == 0:
         resolve_model(recipe.model.name)  # pulls an alias once, before the other ranks look
     dist.barrier()
@@ -224,7 +225,7 @@ def _prompt_sets(recipe: Recipe, registry: Registry, tokenizer) -> tuple[PromptS
 
 
 def _sampler(recipe: Recipe, model_path: str, train_set: PromptSet, eval_set: PromptSet | None, *, rank: int,
-             world: int, cuda: bool, output_dir: Path, get_model, tokenizer, synced: bool):
+             world: int, policy: DevicePolicy, output_dir: Path, get_model, tokenizer, synced: bool):
     """The run's sampler: vLLM servers in server mode, else one in this process (vLLM's or the
     trainer's own module through transformers)."""
     s, seed = recipe.sampling, recipe.trainer.seed
@@ -234,7 +235,7 @@ def _sampler(recipe: Recipe, model_path: str, train_set: PromptSet, eval_set: Pr
         require_vllm()
         return connect_samplers(recipe, model_path, max_model_len=context_length(
             longest, new_tokens, model_max_len(model_path)), seed=seed, rank=rank, world=world,
-            output_dir=output_dir, on_cpu=not cuda, eval_rows=eval_rows)
+            output_dir=output_dir, on_cpu=not policy.cuda, eval_rows=eval_rows)
     return make_sampler(recipe, model_path, longest_prompt=longest, max_new_tokens=new_tokens, seed=seed + rank,
                         world=world, eval_rows=eval_rows, get_model=get_model, tokenizer=tokenizer, synced=synced)
 
@@ -262,26 +263,27 @@ def _finish(summary: dict, output_dir: Path, *, rank: int, drop: bool) -> None:
 MICRO_BATCH_OVERHEAD = {"cpu": 64, "cuda": 512}
 
 
-def _learner(recipe: Recipe, backend, *, ref_model, is_mode: str, pad_id: int, device) -> Learner:
+def _learner(recipe: Recipe, backend, *, ref_model, is_mode: str, pad_id: int, device,
+             policy: DevicePolicy) -> Learner:
     t = recipe.trainer
     overhead = t.micro_batch_overhead_tokens
     return Learner(backend, recipe.algorithm, micro_batch_size=t.micro_batch_size,
                    temperature=recipe.sampling.temperature, pad_id=pad_id, device=device, ref_model=ref_model,
                    is_mode=is_mode, skip_zero_advantage=t.skip_zero_advantage,
                    logprob_chunk_tokens=t.logprob_chunk_tokens,
-                   cpu_autocast=cpu_autocast(recipe.model.dtype, device.type == "cuda", bf16_hardware(device.type == "cuda")),
+                   cpu_autocast=policy.autocast(recipe.model.dtype),
                    micro_batch_overhead=MICRO_BATCH_OVERHEAD.get(device.type, 512) if overhead is None else overhead,
                    # transformers drops the key/value cache that prompt sharing needs under checkpointing
                    share_prompts=t.share_prompts and not recipe.model.gradient_checkpointing)
 
 
-def _importance_sampling(recipe: Recipe, cuda: bool) -> tuple[str, bool]:
+def _importance_sampling(recipe: Recipe, policy: DevicePolicy) -> tuple[str, bool]:
     """(correction mode, whether to ask the sampler for log-probs). Where a backend's log-probs
     cost nothing extra (vLLM's) they are always taken, and the sampler-trainer mismatch is
     measured whatever the mode; the sampler's dtype follows its backend's rule (``backend_dtype``)."""
     s = recipe.sampling
-    trainer = trainer_dtype(recipe.model.dtype, bf16_hardware(cuda))
-    sampler = backend_dtype(recipe, trainer_dtype=trainer, cuda=cuda)
+    trainer = policy.trainer_dtype(recipe.model.dtype)
+    sampler = backend_dtype(recipe, policy)
     mode = is_correction_mode(recipe.algorithm.is_correction.mode, sampler_dtype=sampler, trainer_dtype=trainer,
                               max_staleness=s.max_staleness)
     return mode, mode != "none" or SAMPLER_BACKENDS[s.backend].free_logprobs

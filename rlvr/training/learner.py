@@ -122,7 +122,8 @@ class Learner:
         above 0, micro-batches are cut where that saves more padding (``plan_micro_batches``).
         ``cpu_autocast``: the model's forward (and so its backward) in bfloat16 under
         ``torch.autocast`` on CPU, weights and optimizer in float32; the output head of the
-        chunked log-probs stays float32, so log-probs are not rounded to bfloat16's 8 bits."""
+        chunked log-probs runs outside autocast in its weights' dtype (float32 there, bfloat16
+        under DeepSpeed's bf16 mode), and its logits go to float32 before the log-softmax."""
         self.backend, self.algo, self.micro = backend, algorithm, micro_batch_size
         self.temperature, self.pad_id, self.device = temperature, pad_id, device
         self.share_prompts, self.ref_model, self.is_mode = share_prompts, ref_model, is_mode
@@ -151,7 +152,7 @@ class Learner:
                     log.warning("the model's logits are not its output head's alone (soft-capping or scaling?): "
                                 "log-probs come from its full logits")
                     return self.logprobs(module, prompts, completions, want_entropy)
-            logp, entropy = head_logprobs(hidden.float(), head, targets, mask, temperature=self.temperature,
+            logp, entropy = head_logprobs(hidden, head, targets, mask, temperature=self.temperature,
                                           want_entropy=want_entropy, chunk_tokens=self.chunk_tokens)
             return logp, mask.float(), entropy
         with self._autocast():

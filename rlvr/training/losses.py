@@ -38,14 +38,16 @@ def head_logprobs(hidden: torch.Tensor, head, tokens: torch.Tensor, mask: torch.
                   temperature: float = 1.0, want_entropy: bool = True, chunk_tokens: int = 256):
     """What :func:`token_logprobs_and_entropy` gives for ``head(hidden) / temperature``, without
     ever holding the logits of the whole batch: the output head runs on the real tokens only
-    (``mask``), ``chunk_tokens`` at a time, its logits go to float32 one chunk at a time, and
+    (``mask``), ``chunk_tokens`` at a time, in the head's own dtype (the hidden states are cast to
+    it: bfloat16 under DeepSpeed's bf16 mode, float32 over autocast's float32 weights), its logits
+    go to float32 one chunk at a time, and
     under autograd a chunk's logits are recomputed in the backward pass instead of being kept.
     ``[B, T, H]`` hidden states, ``[B, T]`` tokens and mask -> ``[B, T]`` log-probs (0 on
     padding) and entropies (without gradient) or None."""
     from torch.utils.checkpoint import checkpoint
 
     real = mask.bool()
-    h, t = hidden[real], tokens[real]
+    h, t = hidden[real].to(head_dtype(head, hidden.dtype)), tokens[real]
     parts, entropies = [], []
     for a in range(0, h.shape[0], chunk_tokens):
         args = (h[a : a + chunk_tokens], t[a : a + chunk_tokens], head, temperature, want_entropy)
@@ -58,6 +60,14 @@ def head_logprobs(hidden: torch.Tensor, head, tokens: torch.Tensor, mask: torch.
     if not want_entropy:
         return logp, None
     return logp, (zeros.masked_scatter(real, torch.cat(entropies)) if parts else zeros)
+
+
+def head_dtype(head, default: torch.dtype) -> torch.dtype:
+    """The dtype of ``head``'s floating-point weights (``default`` when it has none)."""
+    for p in head.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return default
 
 
 def _head_chunk(h: torch.Tensor, t: torch.Tensor, head, temperature: float, want_entropy: bool):

@@ -111,45 +111,18 @@ class DeepSpeedBackend:
         return self.engine.optimizer.param_groups[0]["lr"]
 
 
-def bf16_hardware(cuda: bool) -> bool:
-    """Whether this machine computes bfloat16 natively: the GPU, or the CPU's instructions
-    (AVX512-BF16 or AMX-BF16; ``rlvr.sampling.samplers.cpu_has_bf16``)."""
-    if cuda:
-        import torch
-
-        return torch.cuda.is_bf16_supported()
-    from rlvr.sampling.samplers import cpu_has_bf16
-
-    return cpu_has_bf16()
-
-
-def trainer_dtype(model_dtype: str, bf16_supported: bool) -> str:
-    """The dtype the policy computes in: a recipe's ``model.dtype`` ("auto": bfloat16 where the
-    GPU or CPU has it (``bf16_hardware``), else float32; weights and optimizer state stay float32
-    either way). On CPU, bfloat16 is ``torch.autocast`` over float32 weights (``cpu_autocast``)."""
-    if model_dtype == "auto":
-        return "bfloat16" if bf16_supported else "float32"
-    return model_dtype
-
-
-def cpu_autocast(model_dtype: str, cuda: bool, bf16_supported: bool) -> bool:
-    """Whether the CPU trainer computes its forward and backward in bfloat16 under autocast:
-    ``model.dtype: bfloat16``, or ``auto`` on a CPU with bf16 instructions. Measured on a 2-core
-    CPU with AVX512-BF16 (SmolLM2-135M, 16 x 80 tokens, forward + backward): 2.5 s against 4.0 s
-    in float32."""
-    return not cuda and trainer_dtype(model_dtype, bf16_supported) == "bfloat16"
-
-
-def build_policy(recipe, model_path: str, *, world: int, device, cuda: bool):
-    """(DeepSpeedBackend, reference model or None, zero stage) for a recipe."""
+def build_policy(recipe, model_path: str, *, world: int, device, policy):
+    """(DeepSpeedBackend, reference model or None, zero stage) for a recipe, under the
+    ``rlvr.models.device.DevicePolicy`` ``policy``: DeepSpeed's bf16 or fp16 mode where it says
+    (its weights and the reference's then in that dtype), float32 weights otherwise (a bfloat16
+    trainer on a CPU is autocast over them)."""
     import deepspeed
     import torch
     from transformers import AutoModelForCausalLM
 
     t, kl = recipe.trainer, recipe.algorithm.kl
-    dtype = trainer_dtype(recipe.model.dtype, bf16_hardware(cuda))
-    # on CPU bfloat16 is autocast over float32 weights (cpu_autocast), not DeepSpeed's bf16 mode
-    bf16, fp16 = dtype == "bfloat16" and cuda, dtype == "float16"
+    bf16, fp16 = policy.deepspeed_precision(recipe.model.dtype)
+    ref_dtype = getattr(torch, policy.weights_dtype(recipe.model.dtype))
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32, use_safetensors=True)
     model.config.use_cache = False
     if recipe.model.gradient_checkpointing:
@@ -177,7 +150,7 @@ def build_policy(recipe, model_path: str, *, world: int, device, cuda: bool):
         if zero_stage == 3:
             ref_model, *_ = deepspeed.initialize(model=ref_model, config={**config, "zero_optimization": {"stage": 3}})
         else:
-            ref_model = ref_model.to(device=device, dtype=torch.bfloat16 if bf16 else torch.float32)
+            ref_model = ref_model.to(device=device, dtype=ref_dtype)
         ref_model.eval()
     backend = DeepSpeedBackend(engine, world=world, own_grad_norm=zero_stage == 0 and not (bf16 or fp16))
     return backend, ref_model, zero_stage

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
+from rlvr.models.device import device_policy
 from rlvr.models.distributed import LOOPBACK, is_loopback, listen
 from rlvr.sampling.transfer.base import SyncClient, alongside
 from rlvr.sampling.transfer.wire import TensorMeta, bucket_size, pack, update_info
@@ -44,7 +45,7 @@ def open_group(address: str, port: int, rank: int, world: int, timeout_s: float,
     else:
         store = dist.TCPStore(address, port, world, is_master=False, timeout=timeout)
     store = dist.PrefixStore(prefix, store)
-    if device.type == "cuda":
+    if device_policy().dist_backend(device) == "nccl":
         options = dist.ProcessGroupNCCL.Options()
         options._timeout = timeout
         return dist.ProcessGroupNCCL(store, rank, world, options), store
@@ -75,8 +76,7 @@ def close_group(group) -> None:
 
 def broadcast(group, buffer: torch.Tensor) -> None:
     group.broadcast(buffer, 0).wait()
-    if buffer.is_cuda:
-        torch.cuda.current_stream().synchronize()
+    device_policy().synchronize(buffer)
 
 
 class Sender:
