@@ -10,7 +10,7 @@ TA_STAMP := $(VENV)/.rlvr-textarena-installed
 EXTRA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 DATA ?= $(abspath ../shared/data)
 
-.PHONY: install demo tool-demo judge-demo test bench clean-venv
+.PHONY: install demo tool-demo judge-demo test bench gpu-wheels clean-venv
 
 install: $(STAMP)
 
@@ -112,6 +112,28 @@ bench: install $(TRL_STAMP)
 	RLVR_DATA_DIR="$${RLVR_DATA_DIR:-$(DATA)}" $(PY) benchmarks/bench_math.py
 	@# rlvr vs TRL's RLOOTrainer on the same model, task, reward and batch shapes (~15 min on 2 cores).
 	RLVR_DATA_DIR="$${RLVR_DATA_DIR:-$(DATA)}" $(PY) benchmarks/bench_trl.py
+
+# What a bare GPU machine without a network (Python 3.12, torch, transformers, peft; no DeepSpeed,
+# vLLM or TRL) needs to run rlvr and benchmarks/gpu_check.py, as wheels under $(GPU_WHEELS) (ignored):
+# rlvr's own, DeepSpeed built here without ops (they compile there on first use), and the pure-Python
+# or cp312 packages it lacks, at the versions this venv tests. docs/clusters.md says how to use them.
+GPU_WHEELS := .gpu-wheels
+GPU_PYTHON := 3.12
+GPU_PACKAGES := trl datasets dill multiprocess pydantic pydantic_core annotated-types typing-inspection \
+  math-verify latex2sympy2_extended antlr4-python3-runtime gguf hjson
+GPU_WHEELS_MAX := 60
+PINNED = $$($(PY) -c 'import sys; from importlib.metadata import version; print(" ".join(f"{n}=={version(n)}" for n in sys.argv[1:]))' $(1))
+gpu-wheels: $(TRL_STAMP)
+	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
+	$(PIP) wheel -q --no-deps --no-build-isolation -w $(GPU_WHEELS) .
+	DS_BUILD_OPS=0 $(PIP) wheel -q --no-deps --no-build-isolation -w $(GPU_WHEELS) $(call PINNED,deepspeed)
+	$(PIP) download -q --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) --implementation cp \
+	  --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 --platform manylinux_2_28_x86_64 \
+	  -d $(GPU_WHEELS) $(call PINNED,$(GPU_PACKAGES))
+	@bytes=$$(cat $(GPU_WHEELS)/*.whl | wc -c); \
+	  if [ $$bytes -gt $$(( $(GPU_WHEELS_MAX) << 20 )) ]; then \
+	    echo "make gpu-wheels: $$bytes bytes, over $(GPU_WHEELS_MAX) MiB" >&2; exit 1; fi; \
+	  echo "make gpu-wheels: $$(ls $(GPU_WHEELS) | wc -l) wheels, $$bytes bytes in $(GPU_WHEELS)/"
 
 clean-venv:
 	rm -rf $(VENV)

@@ -207,9 +207,10 @@ def summarise(results: dict) -> list[str]:
         note = r.get("reason", "")
         if part == "doctor" and r.get("smoke"):
             note = "; ".join(f"{s['case']} {'pass' if s['ok'] else 'FAIL ' + s['reason'][:120]}" for s in r["smoke"])
-        lines.append(f"| {part} | {'yes' if r['ok'] else 'NO'} | {r['seconds']:.0f} | "
-                     f"{'-' if step is None else f'{step:.2f}'} | {'-' if gen is None else f'{gen:.0%}'} | "
-                     f"{'-' if r.get('peak_gpu_gib') is None else f'{r['peak_gpu_gib']:.1f}'} | {note} |")
+        peak = r.get("peak_gpu_gib")
+        cells = ["yes" if r["ok"] else "NO", f"{r['seconds']:.0f}", "-" if step is None else f"{step:.2f}",
+                 "-" if gen is None else f"{gen:.0%}", "-" if peak is None else f"{peak:.1f}", note]
+        lines.append(f"| {part} | " + " | ".join(cells) + " |")
     if "rlvr-full" in medians and "trl" in medians:
         lines.append("")
         lines.append(f"rlvr's step / TRL's: {medians['rlvr-full'] / medians['trl']:.2f}x (target <= 0.67x)")
@@ -218,7 +219,9 @@ def summarise(results: dict) -> list[str]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, default=Path("benchmarks/results/gpu_check"))
+    p.add_argument("--out", type=Path, default=Path("benchmarks/results/gpu_check"),
+                   help="where gpu_check.json and gpu_check.md go (a new or empty folder)")
+    p.add_argument("--work", type=Path, help="the model and each part's folder and log (default: OUT/work)")
     p.add_argument("--cpu", action="store_true", help="run on the CPU with tiny shapes (checks this script)")
     p.add_argument("--shape", default=None, help="rlvr.models.tiny.SHAPES (default 1.4b; tiny with --cpu)")
     p.add_argument("--only", default=",".join(PARTS), help=f"comma-separated parts of {', '.join(PARTS)}")
@@ -254,11 +257,16 @@ def main() -> int:
         print(f"gpu_check: {a.out} is not empty: name a new folder", file=sys.stderr)
         return 2
     a.out.mkdir(parents=True, exist_ok=True)
+    work = a.work or a.out / "work"
+    if work.exists() and any(work.iterdir()):
+        print(f"gpu_check: {work} is not empty: name a new folder", file=sys.stderr)
+        return 2
     deadline = time.monotonic() + a.budget
     from rlvr.models.tiny import build_tiny_model
 
     start = time.perf_counter()
-    model = build_tiny_model(a.out / "model", a.shape, dtype="float32" if a.cpu else "bfloat16")
+    model = build_tiny_model(work / "model", a.shape, dtype="float32" if a.cpu else "bfloat16",
+                             device="cpu" if a.cpu else None)
     results: dict = {"_setup": {"shape": a.shape, "model_build_s": time.perf_counter() - start,
                                 "prompts": a.prompts, "k": a.k, "max_tokens": a.max_tokens, "micro": a.micro,
                                 "steps": a.steps, "date": time.strftime("%Y-%m-%d %H:%M")}}
@@ -271,7 +279,7 @@ def main() -> int:
             results[part] = {"ok": False, "seconds": 0.0, "reason": "no time left in --budget"}
         else:
             print(f"gpu_check: {part} (up to {timeout:.0f} s) ...", flush=True)
-            results[part] = run_part(part, a, model, a.out / "work" / part, timeout)
+            results[part] = run_part(part, a, model, work / part, timeout)
         (a.out / "gpu_check.json").write_text(json.dumps(results, indent=2))
         table = summarise(results)
         (a.out / "gpu_check.md").write_text("\n".join(table) + "\n")

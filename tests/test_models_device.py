@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from rlvr import RlvrError
 from rlvr.models.device import ENV, DevicePolicy, device_policy, rules_scope
 from rlvr.training.losses import head_logprobs, token_logprobs_and_entropy
 
@@ -147,7 +148,7 @@ def test_the_rules_come_from_the_environment(monkeypatch):
     monkeypatch.setenv(ENV, "CPU ")
     assert not device_policy().cuda and not device_policy().cuda_rules
     monkeypatch.setenv(ENV, "gpu")
-    with pytest.raises(ValueError, match="RLVR_DEVICE_POLICY='gpu': one of auto, cuda, cpu"):
+    with pytest.raises(RlvrError, match="RLVR_DEVICE_POLICY='gpu': one of auto, cuda, cpu"):
         device_policy()
 
 
@@ -166,3 +167,9 @@ def test_no_cuda_call_outside_the_policy():
             if re.search(r"torch\.cuda\.|\.is_cuda\b", line) and rel not in allowed:
                 found.append(f"{rel}:{n}: {line.strip()}")
     assert not found, "\n".join(found)
+
+
+def test_fp16_needs_cuda():
+    assert "needs a CUDA device" in CPU.dtype_problem("float16")
+    assert CPU.dtype_problem("auto") is None and CPU_BF16.dtype_problem("bfloat16") is None
+    assert CUDA.dtype_problem("float16") is None and AS_ON_CUDA.dtype_problem("float16") is None

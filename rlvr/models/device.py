@@ -148,6 +148,14 @@ class DevicePolicy:
         rank = int(os.environ.get("LOCAL_RANK", 0)) if local_rank is None else local_rank
         return torch.device("cuda", rank % count)
 
+    def dtype_problem(self, model_dtype: str) -> str | None:
+        """Why ``model.dtype`` cannot train here, or None: DeepSpeed's fp16 mode needs a GPU (its
+        CPU accelerator refuses fp16)."""
+        if self.trainer_dtype(model_dtype) == "float16" and not self.cuda_rules:
+            return ("model.dtype float16 needs a CUDA device (DeepSpeed's fp16 mode does not run on a CPU): "
+                    "use bfloat16 or float32 here")
+        return None
+
     def describe(self) -> str:
         rules = "CUDA's" + ("" if self.cuda else " (on the CPU, RLVR_DEVICE_POLICY=cuda)") if self.cuda_rules \
             else "the CPU's"
@@ -161,7 +169,9 @@ def device_policy(rules: str | None = None) -> DevicePolicy:
     decisions and the CPU (the GPU unused)."""
     rules = (rules if rules is not None else os.environ.get(ENV, "")).strip().lower() or "auto"
     if rules not in RULES:
-        raise ValueError(f"{ENV}={rules!r}: one of {', '.join(RULES)}")
+        from rlvr import RlvrError
+
+        raise RlvrError(f"{ENV}={rules!r}: one of {', '.join(RULES)}")
     import torch
 
     cuda = rules != "cpu" and torch.cuda.is_available()

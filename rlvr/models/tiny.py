@@ -56,9 +56,10 @@ def make_tokenizer(vocab_size: int):
 
 
 def build_tiny_model(folder: str | Path, shape: str = "tiny", *, seed: int = 0, reward_model: bool = False,
-                     dtype: str = "float32", max_positions: int = 2048) -> Path:
+                     dtype: str = "float32", max_positions: int = 2048, device: str | None = "cpu") -> Path:
     """A random-init Llama of ``shape`` (``SHAPES``) and its tokenizer saved in ``folder``
-    (safetensors); with ``reward_model`` a sequence classifier of one label instead."""
+    (safetensors); with ``reward_model`` a sequence classifier of one label instead. ``device``:
+    where the weights are drawn (None: a GPU when there is one, seconds instead of a minute at 1.4B)."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM, LlamaForSequenceClassification
 
@@ -68,8 +69,13 @@ def build_tiny_model(folder: str | Path, shape: str = "tiny", *, seed: int = 0, 
     config = LlamaConfig(**dims, max_position_embeddings=max_positions, bos_token_id=tok.eos_token_id,
                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                          **({"num_labels": 1} if reward_model else {}))
+    if device is None:
+        from rlvr.models.device import device_policy
+
+        device = device_policy().device_type
     torch.manual_seed(seed)
-    model = (LlamaForSequenceClassification if reward_model else LlamaForCausalLM)(config)
+    with torch.device(device):
+        model = (LlamaForSequenceClassification if reward_model else LlamaForCausalLM)(config)
     model.to(getattr(torch, dtype)).save_pretrained(folder, safe_serialization=True)
     tok.save_pretrained(folder)
     return folder

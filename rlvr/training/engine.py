@@ -104,6 +104,10 @@ def _train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool, v
     output_dir = Path(output_dir)
     ckpt_dir = output_dir / "checkpoints"
     check_output_dir(output_dir, resume)
+    policy = device_policy()
+    problem = policy.dtype_problem(recipe.model.dtype)
+    if problem:
+        raise RlvrError(problem)
     rewards = bind_rewards(recipe.rewards, registry, conversational=recipe.prompt.chat_template,
                            when_unscored=recipe.when_unscored)
     trackers = check_trackers(recipe.trainer.report_to)  # one named but not installed: before any model loads
@@ -112,7 +116,6 @@ def _train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool, v
     # group (DeepSpeed's; vLLM's engine uses it too) destroyed: nothing is left to the exit.
     with (RunOutput(output_dir, rank=rank, verbose=verbose, total_steps=t.steps) as out, process_group_scope(world),
           ExitStack() as closing):
-        policy = device_policy()
         device, model_path = _start_ranks(recipe, rank, world, local_rank, policy)
         log.info(f"device: {policy.describe()}; trainer in {policy.trainer_dtype(recipe.model.dtype)}, weights in "
                  f"{policy.weights_dtype(recipe.model.dtype)}{', autocast' if policy.autocast(recipe.model.dtype) else ''}")
