@@ -124,7 +124,7 @@ GPU_PACKAGES := trl datasets dill multiprocess pydantic pydantic_core annotated-
 GPU_WHEELS_MAX := 60
 PINNED = $$($(PY) -c 'import sys; from importlib.metadata import version; print(" ".join(f"{n}=={version(n)}" for n in sys.argv[1:]))' $(1))
 gpu-wheels: $(TRL_STAMP)
-	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
+	rm -rf $(GPU_WHEELS) build && mkdir -p $(GPU_WHEELS)
 	$(PIP) wheel -q --no-deps --no-build-isolation -w $(GPU_WHEELS) .
 	DS_BUILD_OPS=0 $(PIP) wheel -q --no-deps --no-build-isolation -w $(GPU_WHEELS) $(call PINNED,deepspeed)
 	$(PIP) download -q --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) --implementation cp \

@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PARTS = ("rlvr-full", "trl", "doctor", "rlvr-lora", "rlvr-zero3-offload")
+PARTS = ("rlvr-full", "trl", "doctor", "rlvr-lora", "rlvr-zero3-offload", "generate")
 
 
 def questions(n: int) -> list[dict]:
@@ -79,11 +79,22 @@ def rlvr_worker(config: dict) -> dict:
     rows = questions(config["prompts"] * config["steps"])
     result = train(recipe, rewards={"text_hash": text_hash}, tasks={"sums": {"train": rows, "test": rows[:4]}},
                    output_dir=config["work"] + "/run")
-    metrics = result.metrics()
+    del result
+    return run_figures(Path(config["work"]) / "run")
+
+
+def run_figures(run: Path) -> dict:
+    """What an rlvr run's metrics.jsonl says so far (a run cut short still has its steps)."""
+    import torch
+
+    path = run / "metrics.jsonl"
+    metrics = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
     return {
         "step_s": [m["time_step"] for m in metrics],
         "generate_s": [m["time_generate"] for m in metrics],
         "train_s": [m["time_train"] for m in metrics],
+        "sync_s": [m.get("time_sync") for m in metrics],
+        "grad_norm": [m["grad_norm"] for m in metrics],
         "completion_len": [m["completion_len_mean"] for m in metrics],
         "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if torch.cuda.is_available() else None,
     }
@@ -104,7 +115,7 @@ def trl_worker(config: dict) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(config["model"])
     rows = questions(config["prompts"] * config["steps"])
     data = Dataset.from_list([{"prompt": [{"role": "user", "content": r["question"]}]} for r in rows])
-    step_s, generate_s, marks = [], [], {}
+    step_s, generate_s, grad_norms, marks = [], [], [], {}
 
     class Timer(TrainerCallback):
         def on_step_begin(self, args, state, control, **kw):
@@ -112,6 +123,11 @@ def trl_worker(config: dict) -> dict:
 
         def on_step_end(self, args, state, control, **kw):
             step_s.append(time.perf_counter() - marks["begin"])
+            Path(config["work"], "partial.json").write_text(json.dumps({"step_s": step_s, "generate_s": generate_s}))
+
+        def on_log(self, args, state, control, logs=None, **kw):
+            if logs and "grad_norm" in logs:
+                grad_norms.append(logs["grad_norm"])
 
     def reward(completions, **kwargs):
         return text_hash(completions)
@@ -139,8 +155,36 @@ def trl_worker(config: dict) -> dict:
 
     trainer._generate = timed
     trainer.train()
-    return {"step_s": step_s, "generate_s": generate_s,
+    return {"step_s": step_s, "generate_s": generate_s, "grad_norm": grad_norms,
             "peak_gpu_gib": torch.cuda.max_memory_allocated() / 2**30 if cuda else None}
+
+
+def generate_worker(config: dict) -> dict:
+    """The floor for both sides' sampling: transformers ``generate`` alone on the model in the
+    trainer's dtype, one batch of every prompt x k, timed twice (the first warms up)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cuda = torch.cuda.is_available()
+    tokenizer = AutoTokenizer.from_pretrained(config["model"], padding_side="left")
+    model = AutoModelForCausalLM.from_pretrained(config["model"], dtype=torch.bfloat16 if cuda else torch.float32)
+    model.to("cuda" if cuda else "cpu").eval()
+    texts = [tokenizer.apply_chat_template([{"role": "user", "content": r["question"]}], tokenize=False,
+                                           add_generation_prompt=True) for r in questions(config["prompts"])]
+    batch = tokenizer(texts, return_tensors="pt", padding=True).to(model.device)
+    seconds = []
+    for _ in range(2):
+        start = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(**batch, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
+                                 max_new_tokens=config["max_tokens"], num_return_sequences=config["k"],
+                                 pad_token_id=tokenizer.pad_token_id)
+        if cuda:
+            torch.cuda.synchronize()
+        seconds.append(time.perf_counter() - start)
+    finite = bool(torch.isfinite(model(**batch).logits.float()).all())
+    return {"generate_s": seconds, "new_tokens": int(out.shape[1] - batch["input_ids"].shape[1]),
+            "logits_finite": finite}
 
 
 # ----------------------------------------------------------------------------- the parent
@@ -157,7 +201,7 @@ def run_part(part: str, a, model: Path, work: Path, timeout_s: float) -> dict:
     start = time.perf_counter()
     if part == "doctor":
         cmd = [sys.executable, "-m", "rlvr.cli", "doctor", "--smoke", "--json", "--work-dir", str(work / "smoke"),
-               "--timeout", str(max(30, timeout_s / 4))] + [arg for c in a.doctor_cases for arg in ("--case", c)]
+               "--timeout", str(max(30, (timeout_s - 15) / max(1, len(a.doctor_cases) or 3)))] + [arg for c in a.doctor_cases for arg in ("--case", c)]
     else:
         config = work / "config.json"
         config.write_text(json.dumps(part_config(part, a, model, work)))
@@ -167,7 +211,8 @@ def run_part(part: str, a, model: Path, work: Path, timeout_s: float) -> dict:
             done = subprocess.run(cmd, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout_s,
                                   env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=work)
         except subprocess.TimeoutExpired:
-            return {"ok": False, "seconds": time.perf_counter() - start, "reason": f"over its {timeout_s:g} s"}
+            return {"ok": False, "seconds": time.perf_counter() - start, "reason": f"over its {timeout_s:.0f} s",
+                    **_partial(part, work)}
     seconds = time.perf_counter() - start
     text = log.read_text(errors="replace")
     if part == "doctor":
@@ -179,8 +224,20 @@ def run_part(part: str, a, model: Path, work: Path, timeout_s: float) -> dict:
                 **({} if done.returncode == 0 else {"reason": _tail(text)})}
     result_file = work / "config.json.result"
     if done.returncode != 0 or not result_file.exists():
-        return {"ok": False, "seconds": seconds, "reason": _tail(text)}
+        return {"ok": False, "seconds": seconds, "reason": _tail(text), **_partial(part, work)}
     return {"ok": True, "seconds": seconds, **json.loads(result_file.read_text())}
+
+
+def _partial(part: str, work: Path) -> dict:
+    """The steps a part cut short (or failed) had finished."""
+    if part == "doctor":
+        return {}
+    if part == "trl":
+        path = work / "partial.json"
+        return json.loads(path.read_text()) if path.exists() else {}
+    found = run_figures(work / "run")
+    found.pop("peak_gpu_gib")
+    return found
 
 
 def _tail(text: str) -> str:
@@ -198,13 +255,19 @@ def summarise(results: dict) -> list[str]:
         if part.startswith("_"):
             continue
         step = gen = None
+        note = ""
+        if part == "generate" and r.get("generate_s"):
+            note = f"{r['generate_s'][-1]:.2f} s for {r.get('new_tokens')} new tokens, logits finite: {r.get('logits_finite')}"
         if r.get("step_s"):
             later = r["step_s"][1:] or r["step_s"]
             step = statistics.median(later)
             medians[part] = step
             if r.get("generate_s"):
                 gen = statistics.median(r["generate_s"][1:] or r["generate_s"]) / step if step else None
-        note = r.get("reason", "")
+        if r.get("grad_norm"):
+            bad = [g for g in r["grad_norm"] if not isinstance(g, (int, float)) or g != g or abs(g) == float("inf")]
+            note = f"{note} grad norm non-finite in {len(bad)} of {len(r['grad_norm'])} steps" if bad else note
+        note = f"{r['reason']} {note}".strip() if r.get("reason") else note
         if part == "doctor" and r.get("smoke"):
             note = "; ".join(f"{s['case']} {'pass' if s['ok'] else 'FAIL ' + s['reason'][:120]}" for s in r["smoke"])
         peak = r.get("peak_gpu_gib")
@@ -230,17 +293,19 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int)
     p.add_argument("--micro", type=int)
     p.add_argument("--steps", type=int)
-    p.add_argument("--budget", type=float, default=480.0, help="seconds for the whole check")
+    p.add_argument("--budget", type=float, default=480.0, help="seconds for the whole check; parts that do not "
+                   "fit are reported as not run")
     p.add_argument("--doctor-case", dest="doctor_cases", action="append", default=[])
     p.add_argument("--_worker", help=argparse.SUPPRESS)
     a = p.parse_args()
     if a._worker:
         config = json.loads(Path(a._worker).read_text())
-        result = trl_worker(config) if config["part"] == "trl" else rlvr_worker(config)
+        worker = {"trl": trl_worker, "generate": generate_worker}.get(config["part"], rlvr_worker)
+        result = worker(config)
         Path(a._worker + ".result").write_text(json.dumps(result))
         return 0
     small = dict(prompts=2, k=4, max_tokens=16, micro=4, steps=2) if a.cpu else \
-        dict(prompts=16, k=8, max_tokens=256, micro=16, steps=4)
+        dict(prompts=16, k=8, max_tokens=256, micro=16, steps=3)
     for key, value in small.items():
         if getattr(a, key) is None:
             setattr(a, key, value)
@@ -265,12 +330,13 @@ def main() -> int:
     from rlvr.models.tiny import build_tiny_model
 
     start = time.perf_counter()
-    model = build_tiny_model(work / "model", a.shape, dtype="float32" if a.cpu else "bfloat16",
-                             device="cpu" if a.cpu else None)
+    model = build_tiny_model(work / "model", a.shape, dtype="float32" if a.cpu else "bfloat16")
     results: dict = {"_setup": {"shape": a.shape, "model_build_s": time.perf_counter() - start,
                                 "prompts": a.prompts, "k": a.k, "max_tokens": a.max_tokens, "micro": a.micro,
                                 "steps": a.steps, "date": time.strftime("%Y-%m-%d %H:%M")}}
-    shares = {"doctor": 1.0, "trl": 1.2, "rlvr-full": 1.2, "rlvr-lora": 1.0, "rlvr-zero3-offload": 1.6}
+    # the parts' shares of what is left, from an H200 at 1.4B (2026-11-28): each of rlvr's and TRL's
+    # steps ~35 s, start-up ~35 s; the doctor's three cases ~25 s each; generate ~60 s
+    shares = {"rlvr-full": 1.4, "trl": 1.3, "doctor": 0.9, "rlvr-lora": 1.3, "rlvr-zero3-offload": 1.5, "generate": 0.6}
     for i, part in enumerate(parts):
         left = deadline - time.monotonic()
         weight = shares[part] / sum(shares[x] for x in parts[i:])

@@ -173,3 +173,41 @@ def test_fp16_needs_cuda():
     assert "needs a CUDA device" in CPU.dtype_problem("float16")
     assert CPU.dtype_problem("auto") is None and CPU_BF16.dtype_problem("bfloat16") is None
     assert CUDA.dtype_problem("float16") is None and AS_ON_CUDA.dtype_problem("float16") is None
+
+
+def test_vllm_takes_float16_on_a_card_without_bfloat16():
+    """vLLM 0.32 refuses bfloat16 below compute capability 8.0 (platforms/cuda.py): a T4 or V100
+    samples in float16 by default."""
+    from rlvr.models.device import sampler_dtype
+
+    assert sampler_dtype("auto", on_cpu=False, card_bf16=False) == "float16"
+    assert sampler_dtype("auto", on_cpu=False, card_bf16=True) == "bfloat16"
+    assert sampler_dtype("bfloat16", on_cpu=False, card_bf16=False) == "bfloat16"  # asked for: vLLM says no
+    assert sampler_dtype("auto", on_cpu=False) == ("bfloat16" if device_policy().bf16 or not device_policy().cuda
+                                                   else "float16")
+
+
+def test_vllm_on_gpus_refuses_what_nccl_would_refuse_at_the_first_sync():
+    """NCCL refuses two ranks on one GPU: a colocated engine per rank on several GPU ranks, or a
+    sampler process without devices (GPU 0, trainer rank 0's) or on a trainer's GPU, would fail at
+    the first weight sync; refused before any model loads, with what to do."""
+    from rlvr.recipe.spec import Recipe
+    from rlvr.sampling.samplers import same_gpu_problem
+
+    def recipe(**sampling):
+        return Recipe.model_validate({"name": "t", "task": "arithmetic", "rewards": {"math": 1.0},
+                                      "sampling": sampling})
+
+    colocated, hf = recipe(), recipe(backend="hf")
+    assert same_gpu_problem(colocated, cuda=True, world=1, local_world=1) is None  # in-process: no NCCL
+    assert "colocated vLLM on 4 GPU ranks" in same_gpu_problem(colocated, cuda=True, world=4, local_world=4)
+    assert same_gpu_problem(colocated, cuda=False, world=4, local_world=4) is None  # gloo on CPUs
+    assert same_gpu_problem(hf, cuda=True, world=4, local_world=4) is None
+    bare = recipe(mode="server")
+    assert "needs sampling.server.devices: GPUs apart from the trainer's (0, 1)" in \
+        same_gpu_problem(bare, cuda=True, world=2, local_world=2)
+    assert "[1] are trainer GPUs too" in same_gpu_problem(recipe(mode="server", server={"devices": [1, 2]}),
+                                                          cuda=True, world=2, local_world=2)
+    assert same_gpu_problem(recipe(mode="server", server={"devices": [2, 3]}), cuda=True, world=2, local_world=2) is None
+    assert same_gpu_problem(recipe(mode="server", server={"urls": ["http://127.0.0.1:8000"]}), cuda=True, world=1,
+                            local_world=1) is None  # started by hand: where is its own business

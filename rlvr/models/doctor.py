@@ -29,16 +29,25 @@ def version(package: str) -> str | None:
 def deepspeed_ops() -> dict[str, str]:
     """DeepSpeed's ops on this machine's accelerator: "built" (compiled into the install),
     "jit" (compatible, compiled on first use), or "no" (not compatible here)."""
+    import contextlib
+    import os
+
+    from rlvr.models.device import device_policy
+
+    if not device_policy().cuda:
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")  # as rlvr train sets it
     try:
-        import deepspeed  # noqa: F401 - loads the accelerator the op builders belong to
-        from deepspeed.git_version_info import installed_ops
-        from deepspeed.ops.op_builder.all_ops import ALL_OPS
+        with contextlib.redirect_stdout(sys.stderr):  # DeepSpeed's logger prints to stdout: keep --json clean
+            import deepspeed  # noqa: F401 - loads the accelerator the op builders belong to
+            from deepspeed.git_version_info import installed_ops
+            from deepspeed.ops.op_builder.all_ops import ALL_OPS
     except Exception as exc:  # noqa: BLE001 - a broken install is part of the report
         return {"error": f"{type(exc).__name__}: {exc}"}
     found = {}
     for name, builder in sorted(ALL_OPS.items()):
         try:
-            compatible = builder.is_compatible(verbose=False)
+            with contextlib.redirect_stdout(sys.stderr):
+                compatible = builder.is_compatible(verbose=False)
         except Exception:  # noqa: BLE001 - a builder that cannot tell counts as not compatible
             compatible = False
         found[name] = "built" if installed_ops.get(name) else "jit" if compatible else "no"

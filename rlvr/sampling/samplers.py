@@ -399,6 +399,32 @@ def make_sampler(recipe, model_path: str, *, longest_prompt: int, max_new_tokens
                  world=world, eval_rows=eval_rows, get_model=get_model, tokenizer=tokenizer, synced=synced)
 
 
+def same_gpu_problem(recipe, *, cuda: bool, world: int, local_world: int) -> str | None:
+    """Why the weights could not reach this recipe's vLLM on GPUs, or None. Between processes they
+    travel by an NCCL broadcast, and NCCL refuses a group with two ranks on one GPU ("Duplicate GPU
+    detected"): a colocated engine per rank (several ranks) shares its trainer's GPU, and a sampler
+    started without ``sampling.server.devices`` runs on GPU 0, trainer rank 0's. One rank's colocated
+    engine lives in the trainer's process and takes the tensors themselves: no NCCL."""
+    s = recipe.sampling
+    if not cuda or not SAMPLER_BACKENDS[s.backend].serves:
+        return None
+    if s.mode == "colocate" and world > 1:
+        return (f"colocated vLLM on {world} GPU ranks: each engine would share its trainer's GPU, and NCCL "
+                "refuses two ranks on one GPU for the weight sync; use sampling.mode: server with "
+                "sampling.server.devices apart from the trainer's GPUs, or sampling.backend: hf")
+    if s.mode == "server" and not s.server.urls:
+        trainer = set(range(local_world))
+        if not s.server.devices:
+            return ("sampling.mode: server on GPUs needs sampling.server.devices: GPUs apart from the trainer's "
+                    f"({', '.join(map(str, sorted(trainer)))}), since NCCL refuses two ranks on one GPU for the "
+                    "weight sync")
+        shared = sorted(trainer & set(s.server.devices))
+        if shared:
+            return (f"sampling.server.devices {shared} are trainer GPUs too: NCCL refuses two ranks on one GPU "
+                    "for the weight sync; name GPUs apart from the trainer's")
+    return None
+
+
 def make_hf_sampler(recipe, model_path: str, *, get_model, tokenizer, synced: bool, **_) -> HFSampler:
     return HFSampler(get_model, tokenizer, synced=synced)
 

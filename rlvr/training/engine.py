@@ -50,7 +50,8 @@ from rlvr.runs.logs import RunOutput
 from rlvr.runs.tracking import check_trackers
 from rlvr.sampling.episodes import episode_runner
 from rlvr.sampling.prompts import PromptSet, load_prompt_set
-from rlvr.sampling.samplers import backend_dtype, context_length, make_sampler, model_max_len, require_vllm
+from rlvr.sampling.samplers import (backend_dtype, context_length, make_sampler, model_max_len, require_vllm,
+                                   same_gpu_problem)
 from rlvr.sampling.server import connect_samplers, run_evaluates, run_lengths
 from rlvr.training.checkpoint import (TrainState, check_output_dir, drop_checkpoints, final_dtype, load_checkpoint,
                                      save_checkpoint, save_final, stop_requests)
@@ -232,6 +233,10 @@ def _sampler(recipe: Recipe, model_path: str, train_set: PromptSet, eval_set: Pr
     """The run's sampler: vLLM servers in server mode, else one in this process (vLLM's or the
     trainer's own module through transformers)."""
     s, seed = recipe.sampling, recipe.trainer.seed
+    problem = same_gpu_problem(recipe, cuda=policy.cuda, world=world,
+                               local_world=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    if problem:
+        raise RlvrError(problem)
     longest, new_tokens = run_lengths(recipe, train_set, eval_set)
     eval_rows = len(eval_set.rows) if eval_set else 0  # the sampler's KV cache holds them (CPU)
     if s.mode == "server" and SAMPLER_BACKENDS[s.backend].serves:
