@@ -576,7 +576,7 @@ def main() -> int:
 
     print(f"model: {resolve_model(a.model)}", flush=True)  # pulls it once, outside any timing
     sides = [side for side in SIDES if side in chosen] if chosen else list(SIDES)
-    from rlvr.sampling.samplers import cpu_has_bf16
+    from rlvr.kit.device import cpu_has_bf16
 
     if not chosen and not cpu_has_bf16():
         sides.remove("rlvr-bf16")

@@ -19,7 +19,7 @@ run cut short still reports what finished:
 Both sides: ``--prompts`` prompts x ``--k`` samples a step, up to ``--max-tokens`` new tokens,
 temperature 1, one optimizer step a batch, micro-batches of ``--micro``, no KL, the
 sequence-level loss TRL's RLOO uses. Random weights earn no task reward, so both sides are
-rewarded by a hash of the completion's text (``rlvr.training.smoke.text_hash``): it varies
+rewarded by a hash of the completion's text (``rlvr.api.smoke.text_hash``): it varies
 between samples, so every group has a gradient and neither side can skip a sequence. Per side:
 the median step time over the steps after the first, generation's share, and the peak GPU
 memory; the headline is rlvr's step time as a multiple of TRL's.
@@ -58,7 +58,7 @@ def rlvr_worker(config: dict) -> dict:
     import torch
 
     from rlvr.api import train
-    from rlvr.training.smoke import text_hash
+    from rlvr.api.smoke import text_hash
 
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
@@ -107,7 +107,7 @@ def trl_worker(config: dict) -> dict:
     from transformers import AutoTokenizer, TrainerCallback
     from trl import RLOOConfig, RLOOTrainer
 
-    from rlvr.training.smoke import text_hash
+    from rlvr.api.smoke import text_hash
 
     cuda = torch.cuda.is_available()
     if cuda:

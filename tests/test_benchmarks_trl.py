@@ -51,7 +51,7 @@ def test_bf16_side_is_the_rlvr_recipe_computing_in_bfloat16(bench):
     assert (plain["model"]["dtype"], bf16["model"]["dtype"]) == ("float32", "bfloat16")
     assert {k: v for k, v in bf16.items() if k not in ("sampling", "model", "description")} == \
         {k: v for k, v in plain.items() if k not in ("sampling", "model", "description")}
-    from rlvr.models.device import DevicePolicy
+    from rlvr.kit.device import DevicePolicy
     from rlvr.training.engine import _importance_sampling
 
     cpu = DevicePolicy(cuda=False, cuda_rules=False, bf16=False)

@@ -125,6 +125,9 @@ def test_eval_seed_draws_the_samples_and_is_reported():
     assert EvalConfig().seed == 12345  # the seed every evaluation had before it could be set
     # each prompt draws from its own stream: another seed moves every prompt's stream
     assert len({prompt_seed(s, i) for s in (1, 2, 12345) for i in range(50)}) == 150
+    # vLLM's sample j of a request seeded x draws from x + j: no prompt's samples share a stream
+    streams = [prompt_seed(7, i) + j for i in range(64) for j in range(16)]
+    assert len(set(streams)) == len(streams)
 
 
 def test_an_evaluation_reports_the_rewards_own_metrics_as_a_step_does():

@@ -256,7 +256,7 @@ def test_word_problems_are_held_out_and_their_answers_follow_the_words():
 
 
 def test_sampler_dtype_follows_hardware(tmp_path, monkeypatch):
-    from rlvr.sampling.samplers import cpu_has_bf16, sampler_dtype
+    from rlvr.kit.device import cpu_has_bf16, sampler_dtype
 
     plain, amx = tmp_path / "plain", tmp_path / "amx"
     plain.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_vnni\n")

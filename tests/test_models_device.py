@@ -1,4 +1,4 @@
-"""The CUDA decisions in one place (rlvr.models.device.DevicePolicy), checked as pure functions
+"""The CUDA decisions in one place (rlvr.kit.device.DevicePolicy), checked as pure functions
 for the CPU's rules, CUDA's rules on a CPU and a real CUDA machine; and the log-probs of an output
 head held in bfloat16, as DeepSpeed's bf16 mode holds it on a GPU (every bf16 `rlvr train` on an
 H200 died there: "expected mat1 and mat2 to have the same dtype")."""
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rlvr import RlvrError
-from rlvr.models.device import ENV, DevicePolicy, device_policy, rules_scope
+from rlvr.kit.device import ENV, DevicePolicy, device_policy, rules_scope
 from rlvr.training.losses import head_logprobs, token_logprobs_and_entropy
 
 CPU = DevicePolicy(cuda=False, cuda_rules=False, bf16=False)
@@ -153,13 +153,13 @@ def test_the_rules_come_from_the_environment(monkeypatch):
 
 
 def test_no_cuda_call_outside_the_policy():
-    """Every ``torch.cuda`` call of rlvr and its plugins is in rlvr/models/device.py (and the
+    """Every ``torch.cuda`` call of rlvr and its plugins is in rlvr/kit/device.py (and the
     doctor's report, which reads the GPUs): a new one elsewhere would go untested on CPU."""
     import re
 
     from helpers import ROOT
 
-    allowed = {"rlvr/models/device.py", "rlvr/models/doctor.py"}
+    allowed = {"rlvr/kit/device.py", "rlvr/training/doctor.py"}
     found = []
     for path in [*ROOT.joinpath("rlvr").rglob("*.py"), *ROOT.joinpath("plugins").rglob("*.py")]:
         rel = path.relative_to(ROOT).as_posix()
@@ -178,7 +178,7 @@ def test_fp16_needs_cuda():
 def test_vllm_takes_float16_on_a_card_without_bfloat16():
     """vLLM 0.32 refuses bfloat16 below compute capability 8.0 (platforms/cuda.py): a T4 or V100
     samples in float16 by default."""
-    from rlvr.models.device import sampler_dtype
+    from rlvr.kit.device import sampler_dtype
 
     assert sampler_dtype("auto", on_cpu=False, card_bf16=False) == "float16"
     assert sampler_dtype("auto", on_cpu=False, card_bf16=True) == "bfloat16"
@@ -192,22 +192,29 @@ def test_vllm_on_gpus_refuses_what_nccl_would_refuse_at_the_first_sync():
     sampler process without devices (GPU 0, trainer rank 0's) or on a trainer's GPU, would fail at
     the first weight sync; refused before any model loads, with what to do."""
     from rlvr.recipe.spec import Recipe
-    from rlvr.sampling.samplers import same_gpu_problem
+    from rlvr.sampling.samplers import same_gpu_problem, trainer_gpus
 
     def recipe(**sampling):
         return Recipe.model_validate({"name": "t", "task": "arithmetic", "rewards": {"math": 1.0},
                                       "sampling": sampling})
 
     colocated, hf = recipe(), recipe(backend="hf")
-    assert same_gpu_problem(colocated, cuda=True, world=1, local_world=1) is None  # in-process: no NCCL
-    assert "colocated vLLM on 4 GPU ranks" in same_gpu_problem(colocated, cuda=True, world=4, local_world=4)
-    assert same_gpu_problem(colocated, cuda=False, world=4, local_world=4) is None  # gloo on CPUs
-    assert same_gpu_problem(hf, cuda=True, world=4, local_world=4) is None
+    assert same_gpu_problem(colocated, cuda=True, world=1, trainer=[0]) is None  # in-process: no NCCL
+    assert "colocated vLLM on 4 GPU ranks" in same_gpu_problem(colocated, cuda=True, world=4, trainer=[0, 1, 2, 3])
+    assert same_gpu_problem(colocated, cuda=False, world=4, trainer=[0, 1, 2, 3]) is None  # gloo on CPUs
+    assert same_gpu_problem(hf, cuda=True, world=4, trainer=[0, 1, 2, 3]) is None
     bare = recipe(mode="server")
-    assert "needs sampling.server.devices: GPUs apart from the trainer's (0, 1)" in \
-        same_gpu_problem(bare, cuda=True, world=2, local_world=2)
+    assert "needs sampling.server.devices: GPUs apart from the trainer's (0,1)" in \
+        same_gpu_problem(bare, cuda=True, world=2, trainer=[0, 1])
     assert "[1] are trainer GPUs too" in same_gpu_problem(recipe(mode="server", server={"devices": [1, 2]}),
-                                                          cuda=True, world=2, local_world=2)
-    assert same_gpu_problem(recipe(mode="server", server={"devices": [2, 3]}), cuda=True, world=2, local_world=2) is None
+                                                          cuda=True, world=2, trainer=[0, 1])
+    assert same_gpu_problem(recipe(mode="server", server={"devices": [2, 3]}), cuda=True, world=2,
+                            trainer=[0, 1]) is None
     assert same_gpu_problem(recipe(mode="server", server={"urls": ["http://127.0.0.1:8000"]}), cuda=True, world=1,
-                            local_world=1) is None  # started by hand: where is its own business
+                            trainer=[0]) is None  # started by hand: where it runs is its own business
+    # docs/clusters.md's node: trainers on GPUs 2-7 (DeepSpeed's --include sets CUDA_VISIBLE_DEVICES), samplers on 0, 1
+    six = trainer_gpus(6, "2,3,4,5,6,7")
+    assert six == [2, 3, 4, 5, 6, 7]
+    assert same_gpu_problem(recipe(mode="server", server={"count": 2, "devices": [0, 1]}), cuda=True, world=6,
+                            trainer=six) is None
+    assert trainer_gpus(2, None) == [0, 1] and trainer_gpus(2, "GPU-4dca,GPU-77ab") is None

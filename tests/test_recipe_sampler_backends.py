@@ -56,7 +56,7 @@ def test_capabilities_decide_what_a_recipe_may_ask(monkeypatch):
 
 
 def test_the_sampler_dtype_follows_the_backends_rule():
-    from rlvr.models.device import DevicePolicy
+    from rlvr.kit.device import DevicePolicy
 
     cuda, cpu = DevicePolicy(cuda=True, cuda_rules=True, bf16=True), DevicePolicy(cuda=False, cuda_rules=False, bf16=True)
     assert samplers.backend_dtype(recipe(backend="hf"), cuda) == "bfloat16"

@@ -16,9 +16,9 @@ import torch
 
 import rlvr.api
 from helpers.runs import train_two_ranks
-from rlvr.models.device import rules_scope
+from rlvr.kit.device import rules_scope
 from rlvr.models.tiny import build_tiny_model
-from rlvr.training.smoke import text_hash
+from rlvr.api.smoke import text_hash
 
 pytestmark = pytest.mark.slow
 

@@ -338,7 +338,7 @@ def test_cpu_autocast_computes_in_bfloat16_keeps_float32_weights_and_a_float32_h
     """model.dtype: bfloat16 on CPU (auto, where the CPU has bf16 instructions): the forward/backward under bf16 autocast, weights, gradients
     and the chunked output head in float32. The gradient is the float32 one up to bfloat16's
     rounding, not equal to it; the log-probs too."""
-    from rlvr.models.device import DevicePolicy
+    from rlvr.kit.device import DevicePolicy
 
     def cpu_autocast(dtype, cuda, bf16_supported):
         return DevicePolicy(cuda=cuda, cuda_rules=cuda, bf16=bf16_supported).autocast(dtype)

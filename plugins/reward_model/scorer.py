@@ -17,7 +17,7 @@ from typing import Any, Sequence
 
 from rlvr import RlvrError
 from rlvr.kit import cache_dir, on_close_shared, one_line
-from rlvr.models.device import device_policy
+from rlvr.kit.device import device_policy
 
 __all__ = ["NAME", "Scorer", "Unfit", "load_scorer", "forget_scorers", "model_problem", "locate",
            "architecture_problem", "label_value", "resolve_device"]
@@ -299,7 +299,7 @@ def _load(name: str, device: str, dtype: str) -> Scorer:
 
 
 def resolve_device(device: str) -> Any:
-    """``device`` as a torch device (``rlvr.models.device.DevicePolicy.reward_model_device``):
+    """``device`` as a torch device (``rlvr.kit.device.DevicePolicy.reward_model_device``):
     ``auto`` is CUDA when there is one (the calling process's current device once it has set one,
     else the ``LOCAL_RANK``-th), else the CPU."""
     try:

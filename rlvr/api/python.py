@@ -26,7 +26,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from rlvr import RlvrError
 from rlvr.host.registry import Registry, TaskSpec, load_registry, make_reward_spec, make_tool_spec
 from rlvr.kit import close_shared, in_test_split, read_jsonl
-from rlvr.models.device import device_policy
+from rlvr.kit.device import device_policy
 from rlvr.models.hub import check_model_name
 from rlvr.recipe.load import load_recipe
 from rlvr.recipe.resolve import resolve

@@ -28,7 +28,7 @@ from rlvr.cli.common import cli
 def doctor(smoke, cases, timeout, work_dir, as_json):
     """Print versions (torch, CUDA, vLLM, DeepSpeed and its ops, transformers, peft), the GPUs, the
     bf16 decision and the sampler backends; exit 1 when a smoke case fails."""
-    from rlvr.models.doctor import format_report, report
+    from rlvr.training.doctor import format_report, report
     from rlvr.training.smoke import CASES, available_cases, run_smoke
 
     unknown = [c for c in cases if c not in CASES]

@@ -31,6 +31,10 @@ same (``tests/test_layout.py`` fails when one imports a private module). What is
   tags or plain JSON, each valid or invalid with a kind), ``check_arguments`` (a call's arguments
   against the schema), ``tools_prompt`` (the tools as system-prompt text), ``Tool`` (the
   ``tools`` environment uses them);
+- the device, in its own module ``rlvr.kit.device``: ``device_policy`` (every decision that
+  differs on a GPU: dtypes, DeepSpeed's precision, devices, collectives, ``torch.cuda`` calls;
+  ``RLVR_DEVICE_POLICY=cuda`` takes a GPU's decisions on a CPU), ``sampler_dtype``, ``cpu_has_bf16``
+  (the ``reward_model`` reward places its scorer with it);
 - files a user named, written without following a planted link: ``replacing`` (a file replaced
   whole through a temporary file, or a FIFO/device written in place), ``write_replacing``,
   ``open_append`` (a log), ``open_folder`` (a folder's descriptor, walked name by name),

@@ -70,7 +70,7 @@ def build_tiny_model(folder: str | Path, shape: str = "tiny", *, seed: int = 0, 
                          eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
                          **({"num_labels": 1} if reward_model else {}))
     if device is None:
-        from rlvr.models.device import device_policy
+        from rlvr.kit.device import device_policy
 
         device = device_policy().device_type
     torch.manual_seed(seed)

@@ -10,7 +10,6 @@ alike, with one rule for the context length (``context_length``).
 from __future__ import annotations
 
 import importlib
-import json
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ import torch
 
 from rlvr import RlvrError
 from rlvr.kit.data import parse_json
-from rlvr.models.device import cpu_has_bf16, device_policy, sampler_dtype  # noqa: F401 - cpu_has_bf16: this module's name for it too
+from rlvr.kit.device import device_policy, sampler_dtype
 from rlvr.models.lora import merged_adapters
 from rlvr.models.tokens import eos_ids, pad_batch
 from rlvr.recipe.sampler_backends import SAMPLER_BACKENDS
@@ -73,8 +72,10 @@ class Sampler(Protocol):
 def prompt_seed(seed: int | None, index: int) -> int | None:
     """Prompt ``index`` of a call seeded ``seed`` draws from its own stream: the samples of a
     prompt depend on the seed and the prompt only, not on how requests were batched (so a
-    sampler in its own process draws what a colocated one draws)."""
-    return None if seed is None else (seed * 7_919 + index) % (1 << 63)
+    sampler in its own process draws what a colocated one draws). vLLM seeds sample j of a request
+    seeded s with s + j (vllm/v1/engine/parallel_sampling.py), so prompts' seeds are 2**20 apart:
+    consecutive seeds would give sample j of prompt i the stream of sample j - 1 of prompt i + 1."""
+    return None if seed is None else ((seed * 7_919 + index) << 20) % (1 << 63)
 
 
 def counting_bar(progress: Callable[[int], None]):
@@ -123,7 +124,7 @@ def whole_prefills(max_model_len: int) -> dict:
 
 def backend_dtype(recipe, policy) -> str:
     """The dtype the recipe's sampler samples in, by its backend's rule (``SamplerBackend.dtype``)
-    under the ``rlvr.models.device.DevicePolicy`` ``policy``: the trainer's weights' (bfloat16
+    under the ``rlvr.kit.device.DevicePolicy`` ``policy``: the trainer's weights' (bfloat16
     under DeepSpeed's bf16 mode, float32 where a bfloat16 trainer is autocast over them), or
     ``sampling.dtype``'s (``sampler_dtype``, on the device the sampler really runs on)."""
     if SAMPLER_BACKENDS[recipe.sampling.backend].dtype == "trainer":
@@ -399,12 +400,25 @@ def make_sampler(recipe, model_path: str, *, longest_prompt: int, max_new_tokens
                  world=world, eval_rows=eval_rows, get_model=get_model, tokenizer=tokenizer, synced=synced)
 
 
-def same_gpu_problem(recipe, *, cuda: bool, world: int, local_world: int) -> str | None:
+def trainer_gpus(local_world: int, visible: str | None) -> list[int] | None:
+    """The physical GPU ids of this node's trainer ranks: local rank r uses the r-th of
+    ``CUDA_VISIBLE_DEVICES`` (``visible``), or GPU r when it is unset; None when it names GPUs
+    by UUID (no number to compare)."""
+    if not visible:
+        return list(range(local_world))
+    ids = [v.strip() for v in visible.split(",") if v.strip()]
+    if not all(v.isdigit() for v in ids):
+        return None
+    return [int(v) for v in ids[:local_world]]
+
+
+def same_gpu_problem(recipe, *, cuda: bool, world: int, trainer: list[int] | None) -> str | None:
     """Why the weights could not reach this recipe's vLLM on GPUs, or None. Between processes they
     travel by an NCCL broadcast, and NCCL refuses a group with two ranks on one GPU ("Duplicate GPU
     detected"): a colocated engine per rank (several ranks) shares its trainer's GPU, and a sampler
-    started without ``sampling.server.devices`` runs on GPU 0, trainer rank 0's. One rank's colocated
-    engine lives in the trainer's process and takes the tensors themselves: no NCCL."""
+    started without ``sampling.server.devices`` runs on GPU 0, a trainer's. One rank's colocated
+    engine lives in the trainer's process and takes the tensors themselves: no NCCL. ``trainer``:
+    the physical ids of this node's trainer GPUs (``trainer_gpus``)."""
     s = recipe.sampling
     if not cuda or not SAMPLER_BACKENDS[s.backend].serves:
         return None
@@ -413,15 +427,14 @@ def same_gpu_problem(recipe, *, cuda: bool, world: int, local_world: int) -> str
                 "refuses two ranks on one GPU for the weight sync; use sampling.mode: server with "
                 "sampling.server.devices apart from the trainer's GPUs, or sampling.backend: hf")
     if s.mode == "server" and not s.server.urls:
-        trainer = set(range(local_world))
         if not s.server.devices:
-            return ("sampling.mode: server on GPUs needs sampling.server.devices: GPUs apart from the trainer's "
-                    f"({', '.join(map(str, sorted(trainer)))}), since NCCL refuses two ranks on one GPU for the "
-                    "weight sync")
-        shared = sorted(trainer & set(s.server.devices))
+            return ("sampling.mode: server on GPUs needs sampling.server.devices: GPUs apart from the trainer's"
+                    f"{f' ({chr(44).join(map(str, trainer))})' if trainer else ''}, since NCCL refuses two ranks "
+                    "on one GPU for the weight sync")
+        shared = sorted(set(trainer or ()) & set(s.server.devices))
         if shared:
-            return (f"sampling.server.devices {shared} are trainer GPUs too: NCCL refuses two ranks on one GPU "
-                    "for the weight sync; name GPUs apart from the trainer's")
+            return (f"sampling.server.devices {shared} are trainer GPUs too (physical ids): NCCL refuses two ranks "
+                    "on one GPU for the weight sync; name GPUs apart from the trainer's")
     return None
 
 

@@ -43,7 +43,7 @@ from rlvr.kit import one_line, open_append
 from rlvr.models.distributed import LOOPBACK_INTERFACE, SOCKET_INTERFACE_VARS, free_port, is_loopback, spans_hosts
 from rlvr.sampling.auth import SECRET_ENV, SECRET_FILE_ENV, auth_headers, new_secret, required_secret
 from rlvr.sampling.front import die_with_parent
-from rlvr.models.device import device_policy
+from rlvr.kit.device import device_policy
 from rlvr.sampling.samplers import (Completion, cpu_kv_cache_bytes, per_prompt, prompt_seed, sampler_dtype,
                                     sampler_sequences, whole_prefills)
 from rlvr.sampling.transfer.base import on_each

@@ -40,7 +40,7 @@ from rlvr.evaluation.compare import describe, percent
 from rlvr.evaluation.held_out import Evaluator
 from rlvr.host.registry import Registry
 from rlvr.kit import write_replacing
-from rlvr.models.device import DevicePolicy, device_policy
+from rlvr.kit.device import DevicePolicy, device_policy
 from rlvr.models.distributed import environment_scope, init_default_group, process_group_scope
 from rlvr.models.hub import load_tokenizer, resolve_model
 from rlvr.recipe.sampler_backends import SAMPLER_BACKENDS
@@ -51,7 +51,7 @@ from rlvr.runs.tracking import check_trackers
 from rlvr.sampling.episodes import episode_runner
 from rlvr.sampling.prompts import PromptSet, load_prompt_set
 from rlvr.sampling.samplers import (backend_dtype, context_length, make_sampler, model_max_len, require_vllm,
-                                   same_gpu_problem)
+                                   same_gpu_problem, trainer_gpus)
 from rlvr.sampling.server import connect_samplers, run_evaluates, run_lengths
 from rlvr.training.checkpoint import (TrainState, check_output_dir, drop_checkpoints, final_dtype, load_checkpoint,
                                      save_checkpoint, save_final, stop_requests)
@@ -233,8 +233,8 @@ def _sampler(recipe: Recipe, model_path: str, train_set: PromptSet, eval_set: Pr
     """The run's sampler: vLLM servers in server mode, else one in this process (vLLM's or the
     trainer's own module through transformers)."""
     s, seed = recipe.sampling, recipe.trainer.seed
-    problem = same_gpu_problem(recipe, cuda=policy.cuda, world=world,
-                               local_world=int(os.environ.get("LOCAL_WORLD_SIZE", world)))
+    problem = same_gpu_problem(recipe, cuda=policy.cuda, world=world, trainer=trainer_gpus(
+        int(os.environ.get("LOCAL_WORLD_SIZE", world)), os.environ.get("CUDA_VISIBLE_DEVICES")))
     if problem:
         raise RlvrError(problem)
     longest, new_tokens = run_lengths(recipe, train_set, eval_set)

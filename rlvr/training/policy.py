@@ -113,7 +113,7 @@ class DeepSpeedBackend:
 
 def build_policy(recipe, model_path: str, *, world: int, device, policy):
     """(DeepSpeedBackend, reference model or None, zero stage) for a recipe, under the
-    ``rlvr.models.device.DevicePolicy`` ``policy``: DeepSpeed's bf16 or fp16 mode where it says
+    ``rlvr.kit.device.DevicePolicy`` ``policy``: DeepSpeed's bf16 or fp16 mode where it says
     (its weights and the reference's then in that dtype), float32 weights otherwise (a bfloat16
     trainer on a CPU is autocast over them)."""
     import deepspeed

@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from rlvr.models.device import device_policy
+from rlvr.kit.device import device_policy
 from rlvr.models.distributed import LOOPBACK, is_loopback, listen
 from rlvr.sampling.transfer.base import SyncClient, alongside
 from rlvr.sampling.transfer.wire import TensorMeta, bucket_size, pack, update_info

@@ -2,7 +2,7 @@
 
 Versions of Python, rlvr, torch (and the CUDA it was built for), vLLM, DeepSpeed (and which of
 its ops are built or can be built here), transformers, peft, TRL and math-verify; the GPUs; the
-decisions ``rlvr.models.device.DevicePolicy`` takes here (device, rules, bfloat16, what
+decisions ``rlvr.kit.device.DevicePolicy`` takes here (device, rules, bfloat16, what
 ``model.dtype: auto`` trains in); and the sampler backends that can run. Nothing is imported that
 a broken install could not survive: a package that fails to import is reported with its error.
 """
@@ -32,7 +32,7 @@ def deepspeed_ops() -> dict[str, str]:
     import contextlib
     import os
 
-    from rlvr.models.device import device_policy
+    from rlvr.kit.device import device_policy
 
     if not device_policy().cuda:
         os.environ.setdefault("DS_ACCELERATOR", "cpu")  # as rlvr train sets it
@@ -69,7 +69,7 @@ def gpus() -> list[dict[str, Any]]:
 
 def decisions() -> dict[str, Any]:
     """What ``DevicePolicy`` decides here, for ``model.dtype: auto`` and ``sampling.dtype: auto``."""
-    from rlvr.models.device import device_policy, sampler_dtype
+    from rlvr.kit.device import device_policy, sampler_dtype
 
     policy = device_policy()
     return {"policy": policy.describe(), "device": policy.device_type, "cuda_rules": policy.cuda_rules,
