@@ -103,16 +103,16 @@ def test_gpu_check_runs_end_to_end_on_the_cpu(tmp_path):
     in gpu_check.json and a table in gpu_check.md, and the ratio line."""
     pytest.importorskip("trl")
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--cpu", "--out", str(tmp_path / "o"),
-                          "--only", "rlvr-full,trl,doctor", "--budget", "500"],
+                          "--only", "rlvr-full,rlvr-static,trl,doctor", "--budget", "500"],
                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     found = json.loads((tmp_path / "o" / "gpu_check.json").read_text())
-    for part in ("rlvr-full", "trl"):
+    for part in ("rlvr-full", "rlvr-static", "trl"):
         assert found[part]["ok"] and len(found[part]["step_s"]) == 2 and len(found[part]["generate_s"]) == 2
     assert all(g > 0 for g in found["rlvr-full"]["grad_norm"])
     assert [s["case"] for s in found["doctor"]["smoke"]] == ["hf-full"] and found["doctor"]["smoke"][0]["ok"]
     table = (tmp_path / "o" / "gpu_check.md").read_text()
-    assert "| rlvr-full | yes |" in table and "rlvr's step / TRL's:" in table
+    assert "| rlvr-full | yes |" in table and "rlvr's step / TRL's (rlvr-static):" in table
     again = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_check.py"), "--cpu", "--out",
                             str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
     assert again.returncode == 2 and "is not empty" in again.stderr

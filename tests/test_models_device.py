@@ -121,6 +121,7 @@ def test_placement_and_collectives():
     assert CUDA.dist_backend() == "nccl"
     assert CUDA.dist_backend(torch.device("cpu")) == "gloo" and CPU.dist_backend(torch.device("cuda", 1)) == "nccl"
     assert AS_ON_CUDA.device(3) == torch.device("cpu") and CUDA.device(3) == torch.device("cuda", 3)
+    assert (CPU.micro_batch_overhead, AS_ON_CUDA.micro_batch_overhead, CUDA.micro_batch_overhead) == (64, 64, 512)
     assert AS_ON_CUDA.rng_state() is None
     AS_ON_CUDA.bind(torch.device("cpu"))  # nothing to bind on a CPU
     AS_ON_CUDA.empty_cache()

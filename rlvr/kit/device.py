@@ -91,6 +91,15 @@ class DevicePolicy:
 
             torch.cuda.set_rng_state_all(state)
 
+    @property
+    def micro_batch_overhead(self) -> int:
+        """What one more micro-batch costs, in tokens through the model (per-call work that does
+        not grow with the tokens), where the recipe does not say (trainer.micro_batch_overhead_tokens).
+        CPU: measured for SmolLM2-135M on 2 cores, a forward+backward call costs ~150 ms + ~2.2 ms a
+        token (benchmarks/bench_microbatch.py: 68 tokens). GPU: not measured; high, so that
+        micro-batches stay full. By the device the model is on, not the rules."""
+        return 512 if self.cuda else 64
+
     # ---- precision
     def trainer_dtype(self, model_dtype: str) -> str:
         """The dtype the policy computes in: ``model.dtype``, ``auto`` being bfloat16 where the

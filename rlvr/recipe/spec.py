@@ -212,6 +212,10 @@ class SamplingConfig(Strict):
     # The sampler's weights: "auto" = bfloat16 on GPUs and on CPUs with bf16 instructions
     # (AVX512-BF16/AMX), float32 on other CPUs, where vLLM's bf16 matmuls run ~5x slower.
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    # The hf backend: a static key/value cache, prompts left-padded to a multiple of 64 tokens so
+    # that a step's shapes repeat; on a GPU transformers then compiles the decoding step (CUDA
+    # graphs), which eager decoding, launch-bound, is not. Off under ZeRO-3 on several ranks.
+    hf_static_cache: bool = False
 
     @field_validator("cpu_kvcache_gib", mode="before")
     @classmethod
@@ -502,6 +506,8 @@ class Recipe(Strict):
                 raise ValueError(f"sampling.server.urls: {url!r} is not a base address like http://host:8000")
         if len({u.rstrip("/") for u in srv.urls}) != len(srv.urls):
             raise ValueError("sampling.server.urls names a sampler twice")
+        if self.sampling.hf_static_cache and self.sampling.backend != "hf":
+            raise ValueError(f"sampling.hf_static_cache is the hf backend's, not {self.sampling.backend}'s")
         if self.sampling.max_staleness and backend.live:
             raise ValueError(f"sampling.max_staleness >= 1 needs sampling.backend: {backends_that('live', False)} (the {backend.name} sampler generates "
                              "with the very weights being trained, so it cannot run ahead)")

@@ -10,6 +10,7 @@ alike, with one rule for the context length (``context_length``).
 from __future__ import annotations
 
 import importlib
+import logging
 import os
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from rlvr.kit.device import device_policy, sampler_dtype
 from rlvr.models.lora import merged_adapters
 from rlvr.models.tokens import eos_ids, pad_batch
 from rlvr.recipe.sampler_backends import SAMPLER_BACKENDS
+
+log = logging.getLogger("rlvr.sampling.samplers")
 
 
 @dataclass
@@ -275,10 +278,18 @@ class VLLMSampler:
 
 
 class HFSampler:
-    """transformers ``generate`` on the live training model: no weight sync needed."""
+    """transformers ``generate`` on the live training model: no weight sync needed. With
+    ``static_cache`` (``sampling.hf_static_cache``) the key/value cache is transformers' static
+    one and prompts are left-padded to a multiple of ``STATIC_WIDTH`` tokens, so a run's decoding
+    shapes repeat from step to step: on a GPU transformers compiles the decoding step once per
+    shape. Not under ZeRO-3 on several ranks (``synced``), whose gathering hooks do not compile."""
 
-    def __init__(self, get_model: Callable[[], torch.nn.Module], tokenizer, *, synced: bool):
+    STATIC_WIDTH = 64
+
+    def __init__(self, get_model: Callable[[], torch.nn.Module], tokenizer, *, synced: bool,
+                 static_cache: bool = False):
         self.get_model, self.tokenizer, self.synced = get_model, tokenizer, synced
+        self.static_cache = static_cache and not synced
 
     @torch.no_grad()
     def generate(self, prompt_ids: Sequence[list[int]], *, n: int, temperature: float, top_p: float,
@@ -292,8 +303,10 @@ class HFSampler:
         device = next(model.parameters()).device
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         eos = set(eos_ids(self.tokenizer, model))
-        input_ids, attention = (t.to(device) for t in pad_batch(prompt_ids, pad, left=True))
-        width = input_ids.shape[1]
+        width = max(map(len, prompt_ids))
+        if self.static_cache:
+            width = -(-width // self.STATIC_WIDTH) * self.STATIC_WIDTH
+        input_ids, attention = (t.to(device) for t in pad_batch(prompt_ids, pad, left=True, width=width))
         if seed is not None:
             torch.manual_seed(seed)
         limits = per_prompt(max_tokens, len(prompt_ids))
@@ -303,6 +316,8 @@ class HFSampler:
             kwargs.update(temperature=temperature, top_p=top_p, top_k=0)
         if stop:
             kwargs.update(stop_strings=list(stop), tokenizer=self.tokenizer)
+        if self.static_cache:
+            kwargs.update(cache_implementation="static")
         # LoRA: sample with the adapters merged (the base model's speed), unless ZeRO-3 holds
         # the weights in shards (synced), where there is no whole weight to merge into
         with nullcontext() if self.synced else merged_adapters(model):
@@ -439,7 +454,9 @@ def same_gpu_problem(recipe, *, cuda: bool, world: int, trainer: list[int] | Non
 
 
 def make_hf_sampler(recipe, model_path: str, *, get_model, tokenizer, synced: bool, **_) -> HFSampler:
-    return HFSampler(get_model, tokenizer, synced=synced)
+    if recipe.sampling.hf_static_cache and synced:
+        log.info("sampling.hf_static_cache: off under ZeRO-3 on several ranks (its gathering hooks do not compile)")
+    return HFSampler(get_model, tokenizer, synced=synced, static_cache=recipe.sampling.hf_static_cache)
 
 
 def make_vllm_sampler(recipe, model_path: str, *, longest_prompt: int, max_new_tokens: int, seed: int, world: int,

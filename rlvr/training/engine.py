@@ -264,13 +264,6 @@ def _finish(summary: dict, output_dir: Path, *, rank: int, drop: bool) -> None:
         drop_checkpoints(output_dir / "checkpoints")
 
 
-# What one more micro-batch costs, in tokens through the model (per-call work that does not grow
-# with the tokens), when the recipe does not say (trainer.micro_batch_overhead_tokens). CPU:
-# measured for SmolLM2-135M on 2 cores, a forward+backward call costs ~150 ms + ~2.2 ms a token
-# (benchmarks/bench_microbatch.py: 68 tokens). GPU: not measured; set high so that micro-batches stay full.
-MICRO_BATCH_OVERHEAD = {"cpu": 64, "cuda": 512}
-
-
 def _learner(recipe: Recipe, backend, *, ref_model, is_mode: str, pad_id: int, device,
              policy: DevicePolicy) -> Learner:
     t = recipe.trainer
@@ -280,7 +273,7 @@ def _learner(recipe: Recipe, backend, *, ref_model, is_mode: str, pad_id: int, d
                    is_mode=is_mode, skip_zero_advantage=t.skip_zero_advantage,
                    logprob_chunk_tokens=t.logprob_chunk_tokens,
                    cpu_autocast=policy.autocast(recipe.model.dtype),
-                   micro_batch_overhead=MICRO_BATCH_OVERHEAD.get(device.type, 512) if overhead is None else overhead,
+                   micro_batch_overhead=policy.micro_batch_overhead if overhead is None else overhead,
                    # transformers drops the key/value cache that prompt sharing needs under checkpointing
                    share_prompts=t.share_prompts and not recipe.model.gradient_checkpointing)
 
