@@ -219,3 +219,21 @@ def test_vllm_on_gpus_refuses_what_nccl_would_refuse_at_the_first_sync():
     assert same_gpu_problem(recipe(mode="server", server={"count": 2, "devices": [0, 1]}), cuda=True, world=6,
                             trainer=six) is None
     assert trainer_gpus(2, None) == [0, 1] and trainer_gpus(2, "GPU-4dca,GPU-77ab") is None
+
+
+def test_the_engine_refuses_them_before_any_model_loads(tmp_path, monkeypatch):
+    """`rlvr train` on two GPU ranks with colocated vLLM: the refusal comes before a process group,
+    a model or an output folder exists (here as on a GPU machine: the policy says CUDA)."""
+    import rlvr.training.engine as engine
+    from rlvr.recipe.spec import Recipe
+
+    monkeypatch.setattr(engine, "device_policy", lambda: CUDA)
+    monkeypatch.setattr(engine, "build_policy", lambda *a, **k: pytest.fail("a model was built"))
+    for key, value in {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "2",
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}.items():
+        monkeypatch.setenv(key, value)
+    recipe = Recipe.model_validate({"name": "t", "task": "arithmetic", "rewards": {"math": 1.0},
+                                    "trainer": {"rollout_batch_size": 16, "micro_batch_size": 4}})
+    with pytest.raises(RlvrError, match="colocated vLLM on 2 GPU ranks"):
+        engine.train(recipe, None, tmp_path / "run")
+    assert not (tmp_path / "run" / "train.log").exists()

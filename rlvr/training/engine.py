@@ -105,8 +105,10 @@ def _train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool, v
     output_dir = Path(output_dir)
     ckpt_dir = output_dir / "checkpoints"
     check_output_dir(output_dir, resume)
-    policy = device_policy()
-    problem = policy.dtype_problem(recipe.model.dtype)
+    policy = device_policy()  # what differs on a GPU; what it cannot do is refused before any model loads
+    problem = policy.dtype_problem(recipe.model.dtype) or same_gpu_problem(
+        recipe, cuda=policy.cuda, world=world, trainer=trainer_gpus(int(os.environ.get("LOCAL_WORLD_SIZE", world)),
+                                                                   os.environ.get("CUDA_VISIBLE_DEVICES")))
     if problem:
         raise RlvrError(problem)
     rewards = bind_rewards(recipe.rewards, registry, conversational=recipe.prompt.chat_template,
@@ -233,10 +235,6 @@ def _sampler(recipe: Recipe, model_path: str, train_set: PromptSet, eval_set: Pr
     """The run's sampler: vLLM servers in server mode, else one in this process (vLLM's or the
     trainer's own module through transformers)."""
     s, seed = recipe.sampling, recipe.trainer.seed
-    problem = same_gpu_problem(recipe, cuda=policy.cuda, world=world, trainer=trainer_gpus(
-        int(os.environ.get("LOCAL_WORLD_SIZE", world)), os.environ.get("CUDA_VISIBLE_DEVICES")))
-    if problem:
-        raise RlvrError(problem)
     longest, new_tokens = run_lengths(recipe, train_set, eval_set)
     eval_rows = len(eval_set.rows) if eval_set else 0  # the sampler's KV cache holds them (CPU)
     if s.mode == "server" and SAMPLER_BACKENDS[s.backend].serves:
