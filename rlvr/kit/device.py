@@ -184,8 +184,8 @@ def device_policy(rules: str | None = None) -> DevicePolicy:
     import torch
 
     cuda = rules != "cpu" and torch.cuda.is_available()
-    if cuda:
-        return DevicePolicy(cuda=True, cuda_rules=True, bf16=torch.cuda.is_bf16_supported())
+    if cuda:  # bfloat16 in hardware (compute 8.0+): torch's default also counts a V100's emulation
+        return DevicePolicy(cuda=True, cuda_rules=True, bf16=torch.cuda.is_bf16_supported(including_emulation=False))
     if rules == "cuda":
         return DevicePolicy(cuda=False, cuda_rules=True, bf16=True)
     return DevicePolicy(cuda=False, cuda_rules=False, bf16=cpu_has_bf16())

@@ -63,7 +63,7 @@ def gpus() -> list[dict[str, Any]]:
     for i in range(torch.cuda.device_count()):
         p = torch.cuda.get_device_properties(i)
         found.append({"index": i, "name": p.name, "memory_gib": round(p.total_memory / 2**30, 1),
-                      "capability": f"{p.major}.{p.minor}", "bf16": torch.cuda.is_bf16_supported()})
+                      "capability": f"{p.major}.{p.minor}", "bf16": torch.cuda.is_bf16_supported(including_emulation=False)})
     return found
 
 
