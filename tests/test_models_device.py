@@ -124,8 +124,10 @@ def test_placement_and_collectives():
     assert (CPU.micro_batch_overhead, AS_ON_CUDA.micro_batch_overhead, CUDA.micro_batch_overhead) == (64, 64, 512)
     assert AS_ON_CUDA.rng_state() is None
     AS_ON_CUDA.bind(torch.device("cpu"))  # nothing to bind on a CPU
-    AS_ON_CUDA.empty_cache()
-    AS_ON_CUDA.synchronize(torch.zeros(2))
+    from rlvr.kit.device import empty_cache, synchronize
+
+    empty_cache(torch.device("cpu"))  # nothing to give back on a CPU
+    synchronize(torch.zeros(2))
 
 
 def test_reward_model_placement():

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import threading
 from pathlib import Path
 from typing import Any, Sequence
 
 from rlvr import RlvrError
 from rlvr.kit import cache_dir, on_close_shared, one_line
-from rlvr.kit.device import device_policy
+from rlvr.kit.device import device_policy, empty_cache
 
 __all__ = ["NAME", "Scorer", "Unfit", "load_scorer", "forget_scorers", "model_problem", "locate",
            "architecture_problem", "label_value", "resolve_device"]
@@ -245,7 +244,7 @@ class Scorer:
         return logits.float().cpu().tolist()
 
     def _free_cache(self) -> None:
-        device_policy().empty_cache()
+        empty_cache(self.device)
 
 
 _SCORERS: dict[tuple, Scorer | RlvrError] = {}

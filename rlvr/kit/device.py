@@ -63,20 +63,6 @@ class DevicePolicy:
         kind = self.device_type if device is None else getattr(device, "type", str(device).split(":")[0])
         return "nccl" if kind == "cuda" else "gloo"
 
-    def synchronize(self, tensor) -> None:
-        """Wait for the work queued on ``tensor``'s stream (a CUDA collective returns before its
-        copy lands); nothing on a CPU."""
-        if getattr(tensor, "is_cuda", False):
-            import torch
-
-            torch.cuda.current_stream(tensor.device).synchronize()
-
-    def empty_cache(self) -> None:
-        if self.cuda:
-            import torch
-
-            torch.cuda.empty_cache()
-
     def rng_state(self) -> Any:
         """The CUDA generators' states (None on a CPU), for ``set_rng_state``."""
         if not self.cuda:
@@ -169,6 +155,23 @@ class DevicePolicy:
         rules = "CUDA's" + ("" if self.cuda else " (on the CPU, RLVR_DEVICE_POLICY=cuda)") if self.cuda_rules \
             else "the CPU's"
         return f"{self.device_type}, {rules} rules, bfloat16 {'native' if self.bf16 else 'not native'}"
+
+
+def synchronize(tensor) -> None:
+    """Wait for the work queued on ``tensor``'s stream (a CUDA collective returns before its copy
+    lands); nothing for a CPU tensor. Read off the tensor: no policy is built on this hot path."""
+    if getattr(tensor, "is_cuda", False):
+        import torch
+
+        torch.cuda.current_stream(tensor.device).synchronize()
+
+
+def empty_cache(device) -> None:
+    """Give the CUDA caching allocator's free blocks back when ``device`` is a CUDA device."""
+    if getattr(device, "type", None) == "cuda":
+        import torch
+
+        torch.cuda.empty_cache()
 
 
 def device_policy(rules: str | None = None) -> DevicePolicy:

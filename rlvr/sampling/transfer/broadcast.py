@@ -15,7 +15,7 @@ from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
-from rlvr.kit.device import device_policy
+from rlvr.kit.device import device_policy, synchronize
 from rlvr.models.distributed import LOOPBACK, is_loopback, listen
 from rlvr.sampling.transfer.base import SyncClient, alongside
 from rlvr.sampling.transfer.wire import TensorMeta, bucket_size, pack, update_info
@@ -76,7 +76,7 @@ def close_group(group) -> None:
 
 def broadcast(group, buffer: torch.Tensor) -> None:
     group.broadcast(buffer, 0).wait()
-    device_policy().synchronize(buffer)
+    synchronize(buffer)
 
 
 class Sender:
