@@ -1,6 +1,8 @@
 """The fixtures test modules share; the helpers they share are in tests/helpers/ (a test module
 imports neither this file nor another test module). Loads the rule `make test` runs under,
-``--no-skips`` (tests/helpers/skips.py): there a skip is a failure unless this machine explains it."""
+``--no-skips`` (tests/helpers/skips.py): there a skip is a failure unless this machine explains it;
+and the rule that a test module leaves torch's process-wide settings as it found them
+(tests/helpers/process_state.py)."""
 
 import os
 import textwrap
@@ -8,6 +10,7 @@ import textwrap
 import pytest
 
 from helpers import ROOT, run_rlvr
+from helpers.process_state import pytest_make_collect_report, pytest_runtest_teardown  # noqa: F401 - hooks
 from helpers.skips import pytest_addoption, pytest_configure  # noqa: F401 - hooks: the --no-skips rule
 
 os.environ.setdefault("RLVR_DATA_DIR", str(ROOT.parent / "shared" / "data"))

@@ -25,7 +25,15 @@ from rlvr_plugins.reward_model import scorer as rs
 
 ROOT = Path(__file__).resolve().parents[1]
 
-torch.set_num_threads(1)
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """This module's tests run on one torch thread; the modules after it get back the count they had."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
 
 CPU = {"placement": "inline", "device": "cpu", "dtype": "float32"}
 PROMPTS = ["What is 2 + 3?",

@@ -64,8 +64,11 @@ def test_update_matches_the_engine_before_the_split(name, skip, chunk):
     if case["ppo_epochs"] > 1:
         assert recorded["sums"]["clip_low"] == recorded["sums"]["clip_high"] == 0.0
     if not skip or stats["skipped_seqs"] == 0:
-        for key in ("kl", "entropy", "tokens", *clip_keys):
+        for key in ("entropy", "tokens", *clip_keys):
             assert stats[key] == pytest.approx(recorded["sums"][key], **tolerance), key
+        # The KL sum adds differences of float32 log-probs of about -5 each: its rounding is
+        # absolute, about 1e-6 per hundred tokens (1.4e-6 between one torch thread and two).
+        assert stats["kl"] == pytest.approx(recorded["sums"]["kl"], rel=tolerance["rel"], abs=1e-5)
     assert len(backend.records) == case["ppo_epochs"] == len(recorded["grads"])
     for (_, grads), expected in zip(backend.records, recorded["grads"]):
         assert set(grads) == set(expected)
