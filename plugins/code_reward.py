@@ -35,18 +35,17 @@ from __future__ import annotations
 import ast
 import json
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from annotated_types import Ge, Gt, Le
 
 from rlvr import RlvrError, Score, hookimpl
 from rlvr.kit import completion_text
 
-from .sandbox import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT, ISOLATION_LEVELS, Job, Result, get_sandbox
+from .sandbox import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT, ISOLATION_LEVELS, Isolation, Job, Result, get_sandbox
 
 __all__ = ["code_reward", "extract_code", "rlvr_register_rewards"]
 
-Isolation = Literal["bwrap", "process"]  # the sandbox's ISOLATION_LEVELS, as the option's choices
 
 
 @hookimpl

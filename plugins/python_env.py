@@ -61,14 +61,14 @@ from __future__ import annotations
 import re
 import secrets
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from annotated_types import Ge, Gt, Le
 
 from rlvr import hookimpl
 from rlvr import Reply
 
-from .sandbox import DEFAULT_MEMORY_MB, Job, Result, get_sandbox
+from .sandbox import DEFAULT_MEMORY_MB, Isolation, Job, Result, get_sandbox
 
 __all__ = ["PythonEnv", "make_python_env", "fenced_blocks", "rlvr_register_environments"]
 
@@ -77,7 +77,6 @@ PYTHON_TAGS = frozenset({"python", "py", "python3", "py3"})
 MAX_OUTPUT_BYTES = 1 << 20  # a cell printing more is stopped there (it only ever shows max_output_chars)
 REPLAYED = frozenset({"ok", "error"})  # statuses of cells that ran to their end or to an exception
 
-Isolation = Literal["bwrap", "process"]  # the sandbox's ISOLATION_LEVELS, as the option's choices
 
 
 @hookimpl

@@ -59,16 +59,15 @@ from typing import Annotated, Any, Literal, Sequence
 from annotated_types import Ge, Gt, Le
 
 from rlvr import Reply, RlvrError, hookimpl
-from rlvr.kit import one_line, shared_pool
+from rlvr.kit import Unsandboxed, one_line, shared_pool
 from rlvr.kit.tools import Tool, ToolCall, check_arguments, parse_tool_calls
 
 from . import tool_functions
-from .sandbox import DEFAULT_MEMORY_MB, Job, get_sandbox
+from .sandbox import DEFAULT_MEMORY_MB, Isolation, Job, get_sandbox
 
 __all__ = ["ToolsEnv", "make_tools_env", "rlvr_register_environments", "rlvr_register_tools"]
 
-Run = Literal["sandbox", "process"]
-Isolation = Literal["bwrap", "process"]
+Run = Annotated[Literal["sandbox", "process"], Unsandboxed("process")]  # process: calls run on the host
 Parser = Literal["auto", "hermes", "json"]
 MAX_SANDBOX_OUTPUT = 1 << 20
 

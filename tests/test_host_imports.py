@@ -2,8 +2,9 @@
 
 A hostile recipe once named the standard library's ``pty:spawn`` as a reward: ``rlvr validate``
 said ok and ``rlvr eval`` ran the prompts as a command. A ``module:function`` reward now resolves
-only to a module in the recipe's folder or the current folder, a plugin's package, or an
-allow-listed name, decided without importing it; these tests prove refused code never ran.
+only to a module in the recipe's folder or the current folder, or an allow-listed name, decided
+without importing it; these tests prove refused code never ran (tests/test_host_trust.py: private
+names, plugin internals and code outside the sandbox).
 """
 
 from __future__ import annotations
@@ -183,7 +184,9 @@ def test_the_recipes_folder_and_the_current_folder_resolve_without_sys_path(tmp_
     assert Registry().reference("cwd_rewards:r").reason == "in the current folder"
 
 
-def test_the_documented_trl_rewards_and_plugin_packages_are_allowed(tmp_path, monkeypatch, trl_rewards):
+def test_the_documented_trl_rewards_are_allowed_and_plugin_packages_are_not(tmp_path, monkeypatch, trl_rewards):
+    """TRL's documented rewards by reference; a plugin's package is no source of references (a
+    recipe names what plugins registered): its hundreds of callables include an ``exec``."""
     monkeypatch.chdir(tmp_path)
     registry = load_registry()
     assert DEFAULT_ALLOWED == ("trl.rewards",)
@@ -192,8 +195,11 @@ def test_the_documented_trl_rewards_and_plugin_packages_are_allowed(tmp_path, mo
     assert registry.reward("trl.rewards:think_format_reward").convention == "trl"
     with pytest.raises(RlvrError, match="module 'trl' .* not allow-listed"):  # the rest of trl is not
         registry.reference("trl:GRPOTrainer")
-    plugin = registry.reference("rlvr_plugins.format_reward:format_reward")
-    assert plugin.reason == "a package of rlvr's plugins"
+    for kind in ("reward", "tool"):
+        with pytest.raises(RlvrError, match=f"{kind} 'rlvr_plugins.format_reward:format_reward': module "
+                           "'rlvr_plugins.format_reward' is part of rlvr's plugins, which a recipe names by what "
+                           "they registered"):
+            registry.reference("rlvr_plugins.format_reward:format_reward", kind=kind)
 
 
 def test_a_refused_or_missing_reference_is_one_line(tmp_path, monkeypatch):

@@ -437,8 +437,11 @@ def test_builtin_reward_defaults_and_edges_pass_their_own_checks():
 
 
 def typing_args(annotation):
+    """A Literal's values, through Annotated (the sandbox's Isolation carries rlvr.kit.Unsandboxed)."""
     import typing
 
+    while typing.get_origin(annotation) is typing.Annotated:
+        annotation = typing.get_args(annotation)[0]
     return typing.get_args(annotation)
 
 

@@ -171,7 +171,7 @@ NEEDS_MAKE_TEST = {
     "tests/test_plugins_math_reward.py::test_gsm8k_gold_solutions": "data",
     "tests/test_rewards_trl.py::test_trl_builtins_score_as_under_trl": "trl",
     "tests/test_rewards_trl.py::test_a_recipe_names_a_trl_reward_by_module_and_function": "trl",
-    "tests/test_host_imports.py::test_the_documented_trl_rewards_and_plugin_packages_are_allowed": "trl",
+    "tests/test_host_imports.py::test_the_documented_trl_rewards_are_allowed_and_plugin_packages_are_not": "trl",
     "tests/test_runs_tracking.py::test_trackio_offline_gets_each_row_at_its_step": "trackio",
 }
 

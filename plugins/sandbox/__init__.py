@@ -130,7 +130,7 @@ as text on the bootstrap's stdin (no file of the host is mounted for them).
 
 from .jobs import JOB_MODES, Job, Result, escape_controls
 from .limits import DEFAULT_MAX_OUTPUT, DEFAULT_MAX_PROCS, DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT
-from .pool import ISOLATION_LEVELS, Sandbox, close_all, get_sandbox
+from .pool import ISOLATION_LEVELS, Isolation, Sandbox, close_all, get_sandbox
 
-__all__ = ["Job", "Result", "Sandbox", "get_sandbox", "escape_controls", "ISOLATION_LEVELS", "JOB_MODES",
+__all__ = ["Job", "Result", "Sandbox", "get_sandbox", "escape_controls", "ISOLATION_LEVELS", "Isolation", "JOB_MODES",
            "close_all", "DEFAULT_TIMEOUT", "DEFAULT_MEMORY_MB", "DEFAULT_MAX_OUTPUT", "DEFAULT_MAX_PROCS"]

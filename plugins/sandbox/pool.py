@@ -11,10 +11,10 @@ import os
 import sys
 import threading
 import weakref
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from rlvr import RlvrError
-from rlvr.kit import on_close_shared
+from rlvr.kit import Unsandboxed, on_close_shared
 
 from .jobs import Job, Result, escape_controls
 from .launch import unavailable_message
@@ -24,6 +24,9 @@ from .worker import Worker, cgroup_controllers, remove_stale_cgroups
 log = logging.getLogger("rlvr.sandbox")
 
 ISOLATION_LEVELS = ("bwrap", "process")
+# An option choosing the isolation level; "process" runs model-written code without namespaces,
+# which a recipe may ask for only when its user allows it (rlvr.kit.Unsandboxed).
+Isolation = Annotated[Literal["bwrap", "process"], Unsandboxed("process")]
 
 
 class Sandbox:

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from rlvr import RlvrError
+from rlvr.host.imports import ImportPolicy
 from rlvr.host.registry import Registry, TaskSpec, load_registry, make_reward_spec, make_tool_spec
 from rlvr.kit import close_shared, in_test_split, read_jsonl
 from rlvr.kit.device import device_policy
@@ -99,11 +100,14 @@ class EvalResult:
 def train(recipe: str | Path | Mapping[str, Any], *, overrides: Mapping[str, Any] | Iterable[str] | None = None,
           rewards: Rewards | None = None, reward_weights: Sequence[float] | None = None,
           tasks: Mapping[str, Any] | None = None, tools: Tools | None = None, output_dir: str | Path | None = None,
-          profile: str | None = None, resume: bool = False, verbose: bool = False) -> TrainResult:
-    """Train as ``rlvr train`` does (one process; for several ranks use the CLI's launchers)."""
+          profile: str | None = None, resume: bool = False, verbose: bool = False,
+          allow_unsandboxed: bool = False) -> TrainResult:
+    """Train as ``rlvr train`` does (one process; for several ranks use the CLI's launchers).
+    ``allow_unsandboxed``: as ``--allow-unsandboxed``."""
     from rlvr.training.engine import train as run_training
 
-    rec, registry = prepare(recipe, overrides, rewards, tasks, profile, weights=reward_weights, tools=tools)
+    rec, registry = prepare(recipe, overrides, rewards, tasks, profile, weights=reward_weights, tools=tools,
+                            allow_unsandboxed=allow_unsandboxed)
     check_rows(rec, registry, training_parts(rec))  # every row it will read, before any model loads
     out = Path(output_dir) if output_dir is not None else Path("runs") / rec.name
     check_folder_target(out, "output_dir", private=True)
@@ -116,14 +120,16 @@ def evaluate(recipe: str | Path | Mapping[str, Any], model: str | Path | None = 
              overrides: Mapping[str, Any] | Iterable[str] | None = None, rewards: Rewards | None = None,
              reward_weights: Sequence[float] | None = None, tasks: Mapping[str, Any] | None = None,
              tools: Tools | None = None, output_dir: str | Path | None = None, profile: str | None = None,
-             verbose: bool = False) -> EvalResult:
+             verbose: bool = False, allow_unsandboxed: bool = False) -> EvalResult:
     """Evaluate as ``rlvr eval`` does: ``model`` (a folder, hub id or alias; default the
-    recipe's) on the recipe's eval split; library output goes to ``OUTPUT_DIR/eval.log``."""
+    recipe's) on the recipe's eval split; library output goes to ``OUTPUT_DIR/eval.log``.
+    ``allow_unsandboxed``: as ``--allow-unsandboxed``."""
     from rlvr.evaluation.evaluate import evaluate as run_evaluation
     from rlvr.runs.logs import RunOutput
 
     extra = {"model.name": str(model)} if model is not None else {}
-    rec, registry = prepare(recipe, overrides, rewards, tasks, profile, extra, weights=reward_weights, tools=tools)
+    rec, registry = prepare(recipe, overrides, rewards, tasks, profile, extra, weights=reward_weights, tools=tools,
+                            allow_unsandboxed=allow_unsandboxed)
     check_rows(rec, registry, ("eval",))
     out = Path(output_dir) if output_dir is not None else Path("runs") / f"eval-{rec.name}"
     check_folder_target(out, "output_dir", private=True)
@@ -157,11 +163,13 @@ def _run_scope():
 
 
 def prepare(recipe, overrides, rewards, tasks, profile, extra: Mapping[str, Any] | None = None, *,
-            weights: Sequence[float] | None = None, tools: Tools | None = None) -> tuple[Recipe, Registry]:
+            weights: Sequence[float] | None = None, tools: Tools | None = None,
+            allow_unsandboxed: bool = False) -> tuple[Recipe, Registry]:
     """The recipe, loaded and resolved against the installed plugins plus ``rewards`` (weighted
     by ``weights``, in order), ``tasks`` and ``tools``, its model name checked: everything but
     loading the model."""
     registry = load_registry()
+    registry.imports = ImportPolicy(unsandboxed=allow_unsandboxed)
     rewards = named_rewards(rewards)
     for name, fn in rewards.items():
         _new_name(registry.rewards, name, "reward")

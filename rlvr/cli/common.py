@@ -74,29 +74,43 @@ def _remember_allowed(ctx, param, value):
     ctx.meta["rlvr.allow_modules"] = tuple(value)
 
 
+def _remember_unsandboxed(ctx, param, value):
+    ctx.meta["rlvr.allow_unsandboxed"] = bool(value)
+
+
 def allow_module_option(fn):
     """``--allow-module NAME``: read by :func:`cli_registry` (rlvr.host.imports)."""
     return click.option("--allow-module", multiple=True, metavar="MODULE", expose_value=False,
                         callback=_remember_allowed,
-                        help="Let a module:function reward import MODULE (and its submodules), although it is not "
-                        "in the recipe's folder, the current folder or a plugin; repeatable; also RLVR_ALLOW_MODULES "
+                        help="Let a module:function reward or tool import MODULE (and its submodules), although it "
+                        "is not in the recipe's folder or the current folder; repeatable; also RLVR_ALLOW_MODULES "
                         "(comma-separated). The standard library is always refused.")(fn)
+
+
+def allow_unsandboxed_option(fn):
+    """``--allow-unsandboxed``: read by :func:`cli_registry` (rlvr.kit.trust)."""
+    return click.option("--allow-unsandboxed", is_flag=True, expose_value=False, callback=_remember_unsandboxed,
+                        help="Let the recipe run model-written code or tool calls outside the sandbox, with your "
+                        "rights (isolation: process, run: process); also RLVR_ALLOW_UNSANDBOXED=1.")(fn)
 
 
 def recipe_options(fn):
     fn = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe setting.")(fn)
     fn = click.option("--profile", default=None, help="Apply one of the recipe's profiles (e.g. cpu).")(fn)
-    return allow_module_option(fn)
+    return allow_unsandboxed_option(allow_module_option(fn))
 
 
 def cli_registry():
-    """The plugins' registry, its references allowed what ``--allow-module`` names."""
+    """The plugins' registry, its references allowed what ``--allow-module`` names, and code outside
+    the sandbox when ``--allow-unsandboxed`` says so."""
     from rlvr.host.imports import ImportPolicy
     from rlvr.host.registry import load_registry
 
     registry = load_registry()
     ctx = click.get_current_context(silent=True)
-    registry.imports = ImportPolicy(allowed=ctx.meta.get("rlvr.allow_modules", ()) if ctx else ())
+    meta = ctx.meta if ctx else {}
+    registry.imports = ImportPolicy(allowed=meta.get("rlvr.allow_modules", ()),
+                                    unsandboxed=meta.get("rlvr.allow_unsandboxed", False))
     return registry
 
 

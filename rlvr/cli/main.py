@@ -142,8 +142,9 @@ def validate(recipes, overrides, profile, data, import_code):
     loading a model.
 
     Every variant is checked: the recipe as given and with each of its profiles. A module:function
-    reward is named with the file it would be imported from and why that is allowed; it is imported
-    (and its columns and options checked) only with --import."""
+    reward or tool is named with the file it would be imported from and why that is allowed; a
+    reward is imported (and its columns and options checked) only with --import, a tool always
+    (its schema is built from its code)."""
     from rlvr.recipe.load import recipe_profiles
     from rlvr.recipe.rows import check_data_files, check_rows
 
@@ -164,11 +165,15 @@ def validate(recipes, overrides, profile, data, import_code):
     registry = cli_registry()
     for path in recipes:
         recipe = check_variant(path, profile)
+        done = "imported and checked" if import_code else "not imported (--import checks it)"
         for name in recipe.rewards:
             source = registry.reference(name)
             if source is not None:
-                done = "imported and checked" if import_code else "not imported (--import checks it)"
                 click.echo(f"{path}: reward {name} imports {source.describe()}; {done}")
+        for name in recipe.environment.tools if recipe.environment is not None else ():
+            source = registry.reference(name, kind="tool")
+            if source is not None:  # a tool's schema is built from its code: resolving imported it
+                click.echo(f"{path}: tool {name} imports {source.describe()}; imported and checked")
         if data and recipe.data.max_prompt_tokens:
             from rlvr.sampling.prompts import check_prompt_lengths
 

@@ -1,21 +1,30 @@
-"""Which code a recipe may import: the ``module:function`` references it names as rewards.
+"""Which code a recipe may import, and what else it may ask for only with its user's consent.
 
 A recipe is data that people hand each other; a reference in it runs code when imported and
-each time it is called (a recipe once named the standard library's ``pty:spawn`` as a reward, and
-its prompts became the command line). A reference therefore resolves only to code the user chose:
+each time it is called (a recipe once named the standard library's ``pty:spawn`` as a reward,
+and its prompts became the command line; another named a plugin's private ``exec`` helper as a
+tool, and the model it trained called it). A ``module:function`` reference (a reward, a tool)
+therefore resolves only to code the user chose:
 
 - a module (file or package) in the recipe's folder or in the current folder;
-- a module of an installed rlvr plugin: the top-level package of a module that an ``rlvr`` entry
-  point names (the plugins ``RLVR_LOAD_PLUGINS`` loads);
 - a module in the allow-list: ``--allow-module NAME`` (repeatable), ``RLVR_ALLOW_MODULES``
   (comma-separated), and by default ``trl.rewards`` (TRL's documented reward functions); a name
   allows its submodules too.
 
-The standard library is refused even when allow-listed, and so is a function defined there that
-an allowed module imported (no standard-library function is a reward). Where a module comes from
-is decided without importing it (``PathFinder`` and ``find_spec`` on the top-level name only),
-so ``rlvr validate`` says what a recipe would import, from which file and why, before any of it
-runs. What is not protected: the code the user allowed runs with the user's rights.
+What plugins offer, a recipe names by the names they registered (``rlvr rewards``, ``rlvr
+tools``); a plugin's package is no source of references (hundreds of its callables were never
+meant to be called by a recipe). A name that starts with ``_`` (a module, a package or the
+function, or the function's own ``__name__``) is private and never a reference. The standard
+library is refused even when allow-listed, and so is a function defined there that an allowed
+module imported (no standard-library function is a reward). Where a module comes from is decided
+without importing it (``PathFinder`` and ``find_spec`` on the top-level name only), so ``rlvr
+validate`` says what a recipe would import, from which file and why, before any of it runs.
+
+Option values that run model-written code or tool calls outside the sandbox (``isolation:
+process``, a tools environment's ``run: process``: options annotated with
+:class:`rlvr.kit.Unsandboxed`) are the user's to choose: a recipe that asks for them is refused
+unless the user allows it (``--allow-unsandboxed``, ``RLVR_ALLOW_UNSANDBOXED=1``). What is not
+protected: the code the user allowed runs with the user's rights.
 """
 
 from __future__ import annotations
@@ -32,9 +41,10 @@ from typing import Any, Callable, Mapping
 from rlvr import RlvrError
 from rlvr.host.options import did_you_mean
 from rlvr.kit import one_line
-from rlvr.kit.text import EXTRAS, install_line
+from rlvr.kit.text import EXTRAS, escape_controls, install_line
 
 ALLOW_ENV = "RLVR_ALLOW_MODULES"
+UNSANDBOXED_ENV = "RLVR_ALLOW_UNSANDBOXED"
 # TRL's rewards are documented as usable by reference (README); they are reward functions only.
 DEFAULT_ALLOWED = ("trl.rewards",)
 HOW_TO_ALLOW = f"allow it with --allow-module {{name}} or {ALLOW_ENV}={{name}} if you trust it"
@@ -74,16 +84,32 @@ def _spec_path(spec) -> str:
 
 @dataclass(frozen=True)
 class ImportPolicy:
-    """The folders and names a recipe's references may import from: the recipe's folder (when it
-    is a file), the current folder (read when asked), plugin packages, and the allow-list from
-    ``allowed`` (``--allow-module``), ``RLVR_ALLOW_MODULES`` and :data:`DEFAULT_ALLOWED`."""
+    """What the user lets a recipe have: the folders and names its references may import from
+    (the recipe's folder, when it is a file; the current folder, read when asked; the allow-list
+    from ``allowed``, ``--allow-module``, ``RLVR_ALLOW_MODULES`` and :data:`DEFAULT_ALLOWED`), and
+    whether it may run code outside the sandbox (``unsandboxed``, ``--allow-unsandboxed``, or
+    ``RLVR_ALLOW_UNSANDBOXED=1``)."""
 
     recipe_folder: Path | None = None
     allowed: tuple[str, ...] = ()
+    unsandboxed: bool = False
 
     def for_recipe(self, path: str | os.PathLike | None) -> ImportPolicy:
         folder = Path(path).resolve().parent if path is not None else None
-        return ImportPolicy(folder, self.allowed)
+        return ImportPolicy(folder, self.allowed, self.unsandboxed)
+
+    def allows_unsandboxed(self) -> str | None:
+        """Who allowed code outside the sandbox (``"--allow-unsandboxed"``, the variable), or None."""
+        if self.unsandboxed:
+            return "--allow-unsandboxed"
+        given = os.environ.get(UNSANDBOXED_ENV, "")
+        value = given.strip().lower()
+        if value in ("", "0", "false", "no"):
+            return None
+        if value in ("1", "true", "yes"):
+            return UNSANDBOXED_ENV
+        raise RlvrError(f"{UNSANDBOXED_ENV}={escape_controls(one_line(given, 40))}: set it to 1 to allow code "
+                        "outside the sandbox, or leave it unset")
 
     def folders(self) -> list[tuple[Path, str]]:
         found = [(Path(os.getcwd()).resolve(), "in the current folder")]
@@ -98,10 +124,15 @@ class ImportPolicy:
     def locate(self, module: str, plugin_packages: Mapping[str, str] | None = None) -> CodeSource:
         """Where ``module`` would be imported from and why that is allowed; ``RlvrError`` (one line)
         when it is not. ``plugin_packages``: top-level package -> whose plugins were loaded from it
-        (``"rlvr's plugins"``). Nothing of the module runs: only its top-level name is looked up."""
+        (``"rlvr's plugins"``), named in the refusal (a plugin's package is no source of
+        references). Nothing of the module runs: only its top-level name is looked up."""
         top = module.split(".")[0]
         if not all(part.isidentifier() for part in module.split(".")):
             raise RlvrError(f"{module!r} is not a module name")
+        private = [part for part in module.split(".") if part.startswith("_")]
+        if private:
+            raise RlvrError(f"module {module!r} is private ({private[0]!r} starts with _): a recipe names no private "
+                            "code")
         if is_standard_library(top):
             raise RlvrError(f"module {module!r} is part of Python's standard library, which a recipe may not "
                             "name (it holds no rewards)")
@@ -119,7 +150,8 @@ class ImportPolicy:
                 return CodeSource(module, path, reason)
         plugin = (plugin_packages or {}).get(top)
         if plugin is not None and spec is not None:
-            return CodeSource(module, path, f"a package of {plugin}")
+            raise RlvrError(f"module {module!r} is part of {plugin}, which a recipe names by what they registered "
+                            "(`rlvr rewards`, `rlvr tools`, `rlvr environments`, `rlvr tasks`), not by module:function")
         if spec is None:
             raise RlvrError(f"cannot import {module!r}: no module named {top!r} in the recipe's folder, the current "
                             "folder or the installed packages")
@@ -130,6 +162,9 @@ class ImportPolicy:
 def load_callable(source: CodeSource, attr: str) -> Callable[..., Any]:
     """``attr`` of the module :meth:`ImportPolicy.locate` allowed, imported now; refused when it
     is defined in the standard library (a function an allowed module imported from there)."""
+    if attr.startswith("_") or not attr.isidentifier():
+        raise RlvrError(f"{source.module}:{attr}: {attr!r} is private (it starts with _): a recipe names no private "
+                        "code" if attr.startswith("_") else f"{attr!r} is not a function name")
     module = _import(source)
     fn = getattr(module, attr, None)
     if not callable(fn):
@@ -139,7 +174,19 @@ def load_callable(source: CodeSource, attr: str) -> Callable[..., Any]:
     if defined_in is None or is_standard_library(defined_in.split(".")[0]):
         raise RlvrError(f"{source.module}:{attr} is {defined_in or 'an unknown module'}'s {attr!r}, which a recipe "
                         "may not name (the standard library holds no rewards)")
+    own = _own_name(fn)
+    if own.startswith("_"):
+        raise RlvrError(f"{source.module}:{attr} is {defined_in}'s private {own!r} under another name: a recipe names "
+                        "no private code")
     return fn
+
+
+def _own_name(fn: Any) -> str:
+    """The name a function was defined with (through ``functools.partial``), "" when it has none."""
+    while hasattr(fn, "func") and callable(fn.func) and type(fn).__module__ == "functools":
+        fn = fn.func
+    name = getattr(fn, "__name__", "")
+    return name if isinstance(name, str) else ""
 
 
 def _find_in(top: str, folder: Path):

@@ -221,6 +221,9 @@ class Registry:
             module, _, attr = name.partition(":")
             if not module or not attr:
                 raise RlvrError(f"{kind} {name!r}: a reference is module:function")
+            if attr.startswith("_"):
+                raise RlvrError(f"{kind} {name!r}: {attr!r} is private (it starts with _): a recipe names no private "
+                                "code")
             try:
                 self.sources[name] = self.imports.locate(module, self.plugin_packages)
             except RlvrError as exc:

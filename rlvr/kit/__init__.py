@@ -38,7 +38,9 @@ same (``tests/test_layout.py`` fails when one imports a private module). What is
 - files a user named, written without following a planted link: ``replacing`` (a file replaced
   whole through a temporary file, or a FIFO/device written in place), ``write_replacing``,
   ``open_append`` (a log), ``open_folder`` (a folder's descriptor, walked name by name),
-  ``remove_temporaries`` (for a signal handler).
+  ``remove_temporaries`` (for a signal handler);
+- trust: ``Unsandboxed`` (an option's values that run code outside the sandbox, which a recipe
+  may choose only when its user allows it), ``unsandboxed_values``.
 
 Every other part of rlvr may import it; it imports only the hook API.
 
@@ -51,6 +53,7 @@ from rlvr.kit.deadline import SoftTimeout, map_with_deadline, soft_limit, soft_s
 from rlvr.kit.files import open_append, open_folder, remove_temporaries, replacing, write_replacing
 from rlvr.kit.scoring import soft_overlong_penalty
 from rlvr.kit.text import completion_text, escape_controls, one_line
+from rlvr.kit.trust import Unsandboxed, unsandboxed_values
 from rlvr.kit.workers import DeadlinePool, PoolBroken, Result, close_shared, on_close_shared, shared_pool
 
 __all__ = [
@@ -61,4 +64,5 @@ __all__ = [
     "cache_dir", "data_dir", "hub_rows", "in_test_split", "local_or_hub", "read_jsonl",
     "soft_overlong_penalty",
     "open_append", "open_folder", "remove_temporaries", "replacing", "write_replacing",
+    "Unsandboxed", "unsandboxed_values",
 ]

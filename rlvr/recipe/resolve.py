@@ -16,11 +16,11 @@ import typing
 from pathlib import Path, PurePath
 from typing import Iterator, Mapping
 
-
 from rlvr import RlvrError
 from rlvr.host.options import OptionChecker, option_checker
 from rlvr.host.registry import Registry, RewardSpec, did_you_mean
 from rlvr.kit.data import data_dir
+from rlvr.kit.trust import unsandboxed_values
 from rlvr.recipe.pool_file import check_pool_file
 from rlvr.recipe.spec import PromptConfig, Recipe, RewardEntry, TaskRef, template_fields
 from rlvr.recipe.template import fields
@@ -46,6 +46,8 @@ def resolve(recipe: Recipe, registry: Registry, import_code: bool = True) -> Non
         spec = registry.environment(env.name)
         env.options = {**env.options, **_check_options(spec.fn, spec.name, "environment", spec.plugin, env.options,
                                                        "environment.options", base, recipe)}
+        check_unsandboxed(_checker(spec.fn, spec.name, "environment", spec.plugin), env.options,
+                          "environment.options", registry)
         recipe_tools(recipe, registry)
 
 
@@ -106,6 +108,7 @@ def _check_task(registry: Registry, ref: TaskRef, prompt: PromptConfig, splits: 
                 imported: bool, base: Path) -> None:
     task = registry.task(ref.name)
     ref.options = {**ref.options, **_check_task_options(task, ref.options, where, base, recipe)}  # 1e3 -> 1000
+    check_unsandboxed(_checker(task.fn, task.name, "task", task.plugin), ref.options, f"{where}task.options", registry)
     columns = set(task_columns(task, ref)) or _first_row_columns(task, ref, splits[0], where)
     for split in splits:
         if task.splits and split not in task.splits:
@@ -118,6 +121,7 @@ def _check_task(registry: Registry, ref: TaskRef, prompt: PromptConfig, splits: 
         # names, types, choices and ranges, from the reward's signature; the defaults too, so that
         # an option a recipe must set (reward_model's model) is refused here when it is not
         spec.check_options({**spec.options, **entry.options})
+        check_unsandboxed(spec.checker, entry.options, f"rewards.{name}.options", registry)
         for param, column in entry.columns.items():
             if param not in spec.columns + spec.optional_columns:
                 raise RlvrError(f"rewards.{name}.columns: reward {name!r} takes no column {param!r}")
@@ -169,6 +173,23 @@ def _check_task_options(task, options: dict, where: str, base: Path, recipe: Rec
 
 
 HOST_PASSED = {"task": ("data_dir",), "environment": ("tools",)}
+
+
+def check_unsandboxed(checker: OptionChecker, values: Mapping, where: str, registry: Registry) -> None:
+    """A value that runs code outside the sandbox (``rlvr.kit.Unsandboxed``; an option's default
+    too) only when the user allowed it (``--allow-unsandboxed``, ``RLVR_ALLOW_UNSANDBOXED=1``):
+    a recipe is data, and this one would run model-written code with the user's rights."""
+    allowed = None
+    for name, spec in checker.options.items():
+        value = values.get(name, spec.default)
+        marked = unsandboxed_values(spec.annotation)
+        if not marked or not isinstance(value, typing.Hashable) or value not in marked:
+            continue
+        allowed = allowed or registry.imports.allows_unsandboxed()
+        if allowed is None:
+            raise RlvrError(f"{where}.{name}: {value!r} runs what the model writes outside the sandbox, with your rights; "
+                            "a recipe may choose it only when you allow it: --allow-unsandboxed (or "
+                            "RLVR_ALLOW_UNSANDBOXED=1)")
 
 
 def _checker(fn, name: str, kind: str, plugin: str) -> OptionChecker:
