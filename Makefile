@@ -64,7 +64,7 @@ judge-demo: install
 	    "within $(JUDGE_WAIT_S) s: see $(JUDGE_LOG)" >&2; exit 1; }; \
 	  sleep 2; \
 	done; \
-	$(VENV)/bin/rlvr train tasks/judge_demo.yaml --output-dir runs/judge_demo
+	$(VENV)/bin/rlvr train tasks/judge_demo.yaml --output-dir runs/judge_demo --secret 127.0.0.1:8001=$(JUDGE_SECRET)
 
 # The reasoning-gym example brings reasoning-gym itself (pinned in its pyproject.toml, pure
 # Python, no torch): installed with its dependencies, again only when that file changes.

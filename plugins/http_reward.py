@@ -2,7 +2,8 @@
 
 Each call sends the batch's records as JSON, ``batch_size`` records a request, at most
 ``max_concurrent`` requests at a time, to ``url``, with ``Authorization: Bearer <secret>`` when
-``secret_file`` or ``secret_env`` gives one. The wire format (docs/rewards.md shows it too)::
+the user gave a secret for its host (``--secret HOST=FILE``, ``RLVR_SECRETS``; never the
+recipe). The wire format (docs/rewards.md shows it too)::
 
     POST <url>        Content-Type: application/json
     {"records": [{"prompt": "...", "completion": "...", "<column>": <value>, ...}, ...]}
@@ -49,8 +50,7 @@ from rlvr import Score, hookimpl
 from rlvr.kit import completion_text, escape_controls, one_line
 from rlvr.kit.http import HttpFailure, post_json, redact
 
-from .services import (Backoff, Concurrency, ResponseBytes, Retries, SecretEnv, SecretFile, Seconds, Url,
-                       secret_for)
+from .services import Backoff, Concurrency, ResponseBytes, Retries, Seconds, Url, secret_for
 
 __all__ = ["http_reward", "read_scores", "rlvr_register_rewards"]
 
@@ -86,8 +86,6 @@ def http_reward(
     completion_ids: list[Any],
     *,
     url: Url = DEFAULT_URL,
-    secret_file: SecretFile = "",
-    secret_env: SecretEnv = "",
     send_columns: Columns = (),
     batch_size: BatchSize = 64,
     max_concurrent: Concurrency = 4,
@@ -98,7 +96,7 @@ def http_reward(
     **columns: list[Any],
 ) -> list[Score]:
     n = len(completions)
-    secret, problem = secret_for("http", url, secret_file, secret_env)
+    secret, problem = secret_for("http", url)
     if problem:
         return [Score(None, {"why": problem})] * n
     absent = [c for c in send_columns if c not in columns]

@@ -8,7 +8,8 @@ list or object is shown as JSON). It is sent to an OpenAI-compatible server (vLL
 llama.cpp, a hosted API) at ``base_url``: as the user's message to ``/chat/completions``
 (``api: chat``, after ``system`` when one is given), or as the prompt of ``/completions``
 (``api: completions``: ``system``, a blank line, the rubric), with ``model``, ``temperature``
-and ``max_tokens``, and ``Authorization: Bearer <key>`` from ``secret_file`` or ``secret_env``.
+and ``max_tokens``, and ``Authorization: Bearer <key>`` when the user gave a secret for its host
+(``--secret HOST=FILE``, ``RLVR_SECRETS``: ``rlvr.kit.http.user_secret``; never the recipe).
 
 The judgement is read by ``parse_judgement``:
 
@@ -60,8 +61,7 @@ from rlvr.kit import completion_text, one_line
 from rlvr.kit.http import HttpFailure, post_json, redact
 from rlvr.kit.template import fields, fill
 
-from .services import (Backoff, Concurrency, ResponseBytes, Retries, SecretEnv, SecretFile, Seconds,
-                       secret_for, service_url)
+from .services import Backoff, Concurrency, ResponseBytes, Retries, Seconds, secret_for, service_url
 
 __all__ = ["judge_reward", "parse_judgement", "rlvr_register_rewards", "DEFAULT_RUBRIC"]
 
@@ -124,6 +124,7 @@ _SCORE = re.compile(rf"\b(?:score|rating|grade)\b[*_ \t]*[:=][*_ \t]*({_NUMBER})
                     rf"(?:[ \t]*(?:/|out[ \t]+of)[ \t]*({_NUMBER}))?", re.IGNORECASE)
 _BRACKETS = re.compile(rf"\[\[\s*({_NUMBER})\s*(?:/\s*({_NUMBER})\s*)?\]\]")
 _VERDICT = re.compile(r"\bverdict\b[*_ \t]*[:=][*_ \t\[\"']*(incorrect|correct)\b", re.IGNORECASE)
+_USAGE_KEY = re.compile(r"[a-z_]{1,40}")  # token counts: what a server names otherwise is not kept
 
 
 def parse_judgement(text: str, scale: float = 10.0) -> tuple[float | None, str]:
@@ -188,8 +189,6 @@ def judge_reward(
     temperature: Annotated[float, Ge(0), Le(2)] = 0.0,
     max_tokens: Annotated[int, Ge(1), Le(1 << 20)] = 512,
     scale: Annotated[float, Gt(0)] = 10.0,
-    secret_file: SecretFile = "",
-    secret_env: SecretEnv = "",
     timeout_s: Seconds = 60.0,
     retries: Retries = 2,
     backoff_s: Backoff = 0.5,
@@ -199,7 +198,7 @@ def judge_reward(
     **columns: list[Any],
 ) -> list[Score]:
     n = len(completions)
-    secret, problem = secret_for("judge", base_url, secret_file, secret_env)
+    secret, problem = secret_for("judge", base_url)
     if problem:
         return [Score(None, {"why": problem})] * n
     columns = {**columns, **({"answer": answer} if answer is not None else {})}
@@ -231,10 +230,11 @@ def judge_reward(
         except HttpFailure as failure:
             return Score(None, {"why": str(failure), "attempts": failure.attempts},
                          _cost(time.perf_counter() - start, failure.attempts, {}, failed=True))
-        value, info = _judged(redact(got.body, secret), api, scale)
+        said = redact(got.body, secret)  # everything the server says, the usage's keys too
+        value, info = _judged(said, api, scale)
         if value is not None and cache_size:
             _keep(key, value, info, cache_size)
-        usage = _usage(got.body)
+        usage = _usage(said)
         return Score(value, {**info, "seconds": round(got.seconds, 4), "attempts": got.attempts,
                              **({"usage": usage} if usage else {})}, _cost(got.seconds, got.attempts, usage))
 
@@ -309,4 +309,5 @@ def _usage(body: Any) -> dict[str, int]:
     usage = body.get("usage") if isinstance(body, dict) else None
     if not isinstance(usage, dict):
         return {}
-    return {k: v for k, v in usage.items() if isinstance(v, int) and not isinstance(v, bool)}
+    return {k: v for k, v in usage.items()
+            if isinstance(v, int) and not isinstance(v, bool) and _USAGE_KEY.fullmatch(k)}

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from helpers import RLVR, one_line_error, run_rlvr, wait_until
-from helpers.recipes import shipped_recipe_secrets
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -88,14 +87,15 @@ def test_bad_reward_options_exit_2_saying_what_is_allowed(rlvr_cmd, args, messag
 
 def test_validate_shipped_and_example_recipes(rlvr_cmd, tmp_path):
     recipes = sorted(str(p) for p in (ROOT / "tasks").glob("*.yaml"))
-    out = rlvr_cmd("validate", *recipes, str(ROOT / "examples/rlvr-countdown/countdown.yaml"),
-                   cwd=shipped_recipe_secrets(tmp_path))  # where their secret files are (judge_demo's)
+    out = rlvr_cmd("validate", *recipes, str(ROOT / "examples/rlvr-countdown/countdown.yaml"), cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert out.stdout.count(": ok") == len(recipes) + 1
-    # without its secret file, the judge demo is refused before anything loads, in one line
-    missing = rlvr_cmd("validate", ROOT / "tasks" / "judge_demo.yaml", cwd=tmp_path / "runs")
-    one_line_error(missing, "reward 'judge' option secret_file: 'runs/judge-sampler.secret': cannot read the "
-                            "secret file runs/judge-sampler.secret: No such file or directory")
+    # the judge demo's secret is the user's (--secret, as make judge-demo gives it); a secret file
+    # that is not there is refused before anything loads, in one line
+    missing = rlvr_cmd("validate", ROOT / "tasks" / "judge_demo.yaml", "--secret",
+                       "127.0.0.1:8001=runs/judge-sampler.secret", cwd=tmp_path)
+    one_line_error(missing, "reward 'judge' option base_url: 'http://127.0.0.1:8001/v1': the secret for "
+                            "127.0.0.1:8001: cannot read the secret file runs/judge-sampler.secret: No such file")
 
 
 def test_validate_reads_local_data(rlvr_cmd, tmp_path):

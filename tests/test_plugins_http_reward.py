@@ -18,7 +18,7 @@ import pytest
 
 from helpers import ROOT, wait_until
 from helpers.docs import check_recipe, recipe_blocks
-from helpers.loopback import Proxy, Service, serving
+from helpers.loopback import Proxy, Service, serving, user_secret
 from helpers.runs import listening_sockets
 
 from rlvr import RlvrError
@@ -63,10 +63,13 @@ def closed_port() -> int:
         return s.getsockname()[1]
 
 
-def score(url, completions, prompts=None, **options):
+def score(url, completions, prompts=None, secret_file="", secret_env="", **options):
+    """The reward on ``completions``; with the user's secret for the URL's host when given
+    (``--secret HOST:PORT=FILE`` or ``=env:VARIABLE``)."""
     prompts = prompts or [f"p{i}" for i in range(len(completions))]
     options.setdefault("backoff_s", 0.0)
-    return http_reward(prompts, completions, [None] * len(completions), url=url, **options)
+    with user_secret(url, secret_file, secret_env):
+        return http_reward(prompts, completions, [None] * len(completions), url=url, **options)
 
 
 def whys(scores):
@@ -415,7 +418,9 @@ def test_a_secret_sent_in_clear_text_beyond_this_host_is_warned_about_once(secre
 
 def test_an_unreadable_secret_at_call_time_leaves_the_batch_unscored(fake, tmp_path):
     out = score(fake.url, ["a"], secret_file=str(tmp_path / "gone"))
-    assert out[0].value is None and out[0].info["why"].startswith("no secret: cannot read the secret file")
+    assert out[0].value is None
+    assert out[0].info["why"].startswith(f"no secret: the secret for 127.0.0.1:{fake.url.split(':')[2].split('/')[0]}: "
+                                         "cannot read the secret file")
     assert not fake.requests
 
 
@@ -432,9 +437,10 @@ def registry():
     ({"url": "https://user:pw@example.org/"}, "credentials in the URL would be logged with it"),
     ({"url": "http://:80/"}, "the URL names no host"),
     ({"url": "http://exämple.org/"}, "the URL holds non-ASCII characters"),
-    ({"secret_file": "/no/such/secret"}, "option secret_file: '/no/such/secret': cannot read the secret file"),
-    ({"secret_env": "RLVR_TEST_UNSET_SECRET"}, "the environment variable RLVR_TEST_UNSET_SECRET is not set or empty"),
-    ({"secret_env": SECRET}, "is not the name of an environment variable (name it, not the secret)"),
+    ({"secret_file": "~/.git-credentials"}, "option secret_file: a recipe does not choose where a secret is read "
+                                            "from (it is data people hand each other); the user gives it for the "
+                                            "service's host: --secret HOST=FILE, or RLVR_SECRETS"),
+    ({"secret_env": "GITHUB_TOKEN"}, "option secret_env: a recipe does not choose where a secret is read from"),
     ({"timeout_s": 0}, "option timeout_s: 0 is not a number > 0 and <= 3600"),
     ({"retries": 11}, "option retries: 11 is not an integer >= 0 and <= 10"),
     ({"batch_size": 0}, "option batch_size: 0 is not an integer >= 1"),
@@ -449,8 +455,8 @@ def test_bad_options_are_one_line_errors_before_anything_is_scored(registry, opt
 
 
 def test_options_a_recipe_gives_are_taken(registry, secret_file):
-    bound = BoundReward(registry.reward("http"), 1.0, {"send_columns": "answer", "secret_file": secret_file,
-                                                      "timeout_s": 5, "url": "https://scores.example.org/v2?x=1"})
+    bound = BoundReward(registry.reward("http"), 1.0, {"send_columns": "answer", "timeout_s": 5,
+                                                      "url": "https://scores.example.org/v2?x=1"})
     assert bound.options["send_columns"] == ("answer",) and bound.options["timeout_s"] == 5.0
 
 

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from helpers import RLVR
-from helpers.loopback import Service, serving
+from helpers.loopback import Service, serving, user_secret
 from helpers.runs import make_run
 
 from rlvr import RlvrError
@@ -104,10 +104,13 @@ def fake():
         yield service
 
 
-def judge(fake, completions, prompts=None, **options):
+def judge(fake, completions, prompts=None, secret_file="", secret_env="", **options):
+    """The reward on ``completions``; with the user's secret for the judge's host when given
+    (``--secret HOST:PORT=FILE`` or ``=env:VARIABLE``)."""
     prompts = prompts or [f"question {i}" for i in range(len(completions))]
     options.setdefault("backoff_s", 0.0)
-    return judge_reward(prompts, completions, [None] * len(completions), base_url=fake.base_url, **options)
+    with user_secret(fake.base_url, secret_file, secret_env):
+        return judge_reward(prompts, completions, [None] * len(completions), base_url=fake.base_url, **options)
 
 
 # ------------------------------------------------------------------------------------ the reward
@@ -185,7 +188,7 @@ def test_identical_requests_are_made_once_and_a_parsed_judgement_is_cached(fake)
 
 
 def test_no_more_requests_run_at_once_than_max_concurrent(fake):
-    fake.delay = 0.15
+    fake.delay = 0.4  # long enough for three to overlap with both cores busy (0.15 s was not, at times)
     out = judge(fake, [f"JUDGE: Score: {i}/10" for i in range(10)], max_concurrent=3)
     assert [s.value for s in out] == [pytest.approx(i / 10) for i in range(10)]
     assert len(fake.requests) == 10 and fake.peak == 3
@@ -273,7 +276,7 @@ def test_the_judge_through_rlvrs_runner_with_a_mapped_answer_column(fake, regist
     ({"temperature": 2.5}, "option temperature: 2.5 is not a number >= 0 and <= 2"),
     ({"max_tokens": 0}, "option max_tokens: 0 is not an integer >= 1"),
     ({"scale": 0}, "option scale: 0 is not a number > 0"),
-    ({"secret_env": "RLVR_TEST_NO_SUCH_KEY"}, "the environment variable RLVR_TEST_NO_SUCH_KEY is not set or empty"),
+    ({"secret_env": "OPENAI_API_KEY"}, "option secret_env: a recipe does not choose where a secret is read from"),
     ({"max_concurrent": 0}, "option max_concurrent: 0 is not an integer >= 1 and <= 256"),
 ])
 def test_bad_options_are_one_line_errors_before_anything_is_scored(registry, options, message):
@@ -313,12 +316,15 @@ def test_a_judge_on_a_real_rlvr_sampler(tmp_path, tiny_model, test_plugin):
         os.environ["JUDGE_SAMPLER_KEY"] = KEY
         base = {"base_url": f"http://127.0.0.1:{port}/v1", "api": "completions", "model": "policy",
                 "rubric": "{{completion}} Score:", "max_tokens": 8, "timeout_s": 120, "retries": 0}
-        out = judge_reward(["2+2?", "3+3?"], ["4", "6"], [None, None], secret_env="JUDGE_SAMPLER_KEY", **base)
+        with user_secret(base["base_url"], secret_env="JUDGE_SAMPLER_KEY"):
+            out = judge_reward(["2+2?", "3+3?"], ["4", "6"], [None, None], **base)
         for s in out:
             assert s.info["usage"]["completion_tokens"] >= 1, s.info  # authorised, answered, counted
             assert (s.value is not None and 0 <= s.value <= 1) or s.info["why"].startswith("unparseable"), s.info
         refused = judge_reward(["2+2?"], ["4"], [None], **base)  # no key
         assert refused[0].value is None and refused[0].info["why"].startswith("HTTP 401"), refused[0].info
+        assert refused[0].info["why"].endswith(f"no secret was sent: the user gives one for this host with --secret "
+                                               f"127.0.0.1:{port}=FILE (or RLVR_SECRETS)"), refused[0].info
     finally:
         os.environ.pop("JUDGE_SAMPLER_KEY", None)
         os.killpg(sampler.pid, signal.SIGTERM)

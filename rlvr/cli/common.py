@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 
 import click
@@ -74,6 +75,34 @@ def _remember_allowed(ctx, param, value):
     ctx.meta["rlvr.allow_modules"] = tuple(value)
 
 
+def _take_secrets(ctx, param, value):
+    """``--secret HOST=FILE`` entries join ``RLVR_SECRETS`` (over its entries for the same host), in
+    this process's environment: the rewards read it there, and launched ranks inherit it."""
+    if not value:
+        return
+    from rlvr.kit.http import SECRETS_ENV, secret_sources
+
+    try:
+        given = {}
+        for entry in value:
+            if "," in entry:
+                raise ValueError(f"{entry.partition('=')[0]}: one HOST=FILE per --secret (a path with a comma "
+                                 "cannot be given)")
+            given.update(secret_sources(entry))
+        merged = {**secret_sources(), **given}
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), ctx, param) from None
+    os.environ[SECRETS_ENV] = ",".join(f"{k}={v}" for k, v in merged.items())
+
+
+def secret_option(fn):
+    """``--secret HOST=FILE`` (repeatable): the user's secret for a service's host (rlvr.kit.http)."""
+    return click.option("--secret", multiple=True, metavar="HOST[:PORT]=FILE", expose_value=False,
+                        callback=_take_secrets,
+                        help="The bearer secret a reward sends to HOST (and only there): the first line of FILE, or "
+                        "env:VARIABLE; repeatable; also RLVR_SECRETS (comma-separated). A recipe never names one.")(fn)
+
+
 def _remember_unsandboxed(ctx, param, value):
     ctx.meta["rlvr.allow_unsandboxed"] = bool(value)
 
@@ -97,7 +126,7 @@ def allow_unsandboxed_option(fn):
 def recipe_options(fn):
     fn = click.option("--set", "overrides", multiple=True, metavar="KEY=VALUE", help="Override a recipe setting.")(fn)
     fn = click.option("--profile", default=None, help="Apply one of the recipe's profiles (e.g. cpu).")(fn)
-    return allow_unsandboxed_option(allow_module_option(fn))
+    return secret_option(allow_unsandboxed_option(allow_module_option(fn)))
 
 
 def cli_registry():

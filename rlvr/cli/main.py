@@ -13,7 +13,7 @@ import click
 
 from rlvr import RlvrError
 from rlvr.cli import doctor, runs  # noqa: F401 - registers doctor; train, eval, pool, sampler, plot, samples
-from rlvr.cli.common import Int, allow_module_option, cli, cli_registry, load_resolved, recipe_options
+from rlvr.cli.common import Int, allow_module_option, cli, cli_registry, load_resolved, recipe_options, secret_option
 
 
 def _cpus() -> int:
@@ -195,7 +195,8 @@ def validate(recipes, overrides, profile, data, import_code):
               help="JSONL (or .jsonl.gz) records, each with 'completion' and the reward's columns.")
 @click.option("--output", "output_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="Where to write the scored records; '-' for stdout. A file is replaced only when all "
-              "went well; a FIFO or device is written to as a stream; a symlink is written through.")
+              "went well; a FIFO or device is written to as a stream; a symlink is refused (name the file "
+              "it points to).")
 @click.option("--option", "options", multiple=True, metavar="KEY=VALUE", help="A reward option.")
 @click.option("--workers", type=Int(1, MAX_WORKERS), default=None,
               help=f"Worker processes for rewards that take them: 1 to {MAX_WORKERS} (4 per CPU here); "
@@ -203,6 +204,7 @@ def validate(recipes, overrides, profile, data, import_code):
 @click.option("--batch-size", type=Int(1, MAX_BATCH_SIZE), default=256, show_default=True,
               help=f"Records per reward call: 1 to {MAX_BATCH_SIZE}.")
 @allow_module_option
+@secret_option
 def score(reward_name, input_path, output_path, options, workers, batch_size):
     """Score completions in a JSONL file with one reward.
 

@@ -68,6 +68,11 @@ class OptionSpec:
     choices: tuple = ()  # the Literal's values, for "did you mean"
 
 
+# Options through which a recipe once chose where a reward's secret was read from: each is now
+# refused saying where a secret comes from instead (rlvr.kit.http.user_secret).
+SECRET_SOURCES = ("secret_file", "secret_env")
+
+
 class OptionChecker:
     """A reward's (or a task's) options, checked the same way by ``rlvr validate``, ``train``,
     ``eval`` and ``score``."""
@@ -90,6 +95,10 @@ class OptionChecker:
         """The options a recipe or ``--option`` set, checked and converted (``5`` -> ``5.0`` for a
         float); only those set, so the reward's own defaults apply to the rest. Raises ``RlvrError``."""
         for name in values:
+            if name in SECRET_SOURCES and name not in self.options:
+                raise RlvrError(f"{self.kind} {self.reward!r} option {name}: a recipe does not choose where a secret "
+                                "is read from (it is data people hand each other); the user gives it for the service's "
+                                "host: --secret HOST=FILE, or RLVR_SECRETS")
             if name not in self.options:
                 known = ", ".join(self.options) or "none"
                 raise RlvrError(f"{self.kind} {self.reward!r} has no option {name!r}{did_you_mean(str(name), self.options)}; "

@@ -18,9 +18,13 @@ does not control make it read without end, go elsewhere, or say its secret. ``po
 - reasons (``HttpFailure``) of one line, the server's own words escaped and cut short, with the
   secret written ``<secret>`` should a server echo it back (``redact`` does the same to an answer).
 
-``read_secret`` takes the bearer secret from a file or an environment variable, never from an
-option's value; ``check_url`` refuses what is not ``http(s)://host[:port]/path`` (credentials in
-the address included: they belong in the secret). https checks the host's certificate against the
+Secrets are the user's, by host, never a recipe's: ``user_secret(url)`` is the bearer secret the
+user gave for the URL's host (``--secret HOST=FILE`` on the command line, which sets
+``RLVR_SECRETS``; ``HOST[:PORT]=FILE`` or ``HOST[:PORT]=env:VARIABLE`` entries, comma-separated),
+or none: a secret goes only to a host its user named, whatever the scheme, and a recipe cannot
+name where one is read from. ``read_secret`` reads one (a file's first line, at most
+``MAX_SECRET_BYTES``, or a variable); ``check_url`` refuses what is not
+``http(s)://host[:port]/path`` (credentials in the address included: they belong in the secret). https checks the host's certificate against the
 system's authorities (or those ``SSL_CERT_FILE`` names); a certificate that fails is not retried.
 
 Proxies are those the environment names, as curl and Python's urllib read them
@@ -29,8 +33,9 @@ Proxies are those the environment names, as curl and Python's urllib read them
 so TLS, and the secret, run end to end with the host; plain http is sent to the proxy. A proxy
 is an ``http://[user:password@]host[:port]`` address (its credentials go in
 ``Proxy-Authorization``, never in a message); another scheme is a one-line failure. Loopback
-addresses (``localhost``, 127.0.0.0/8, ::1) always go direct: a proxy cannot reach this host's
-loopback, and a local service's secret has no business at a proxy. Standard library only.
+addresses (``localhost``, 127.0.0.0/8 in any spelling, ``127.1`` and ``localhost.`` included, ::1)
+always go direct: a proxy cannot reach this host's loopback, and a local service's secret has no
+business at a proxy. Standard library only.
 """
 
 from __future__ import annotations
@@ -54,10 +59,13 @@ from urllib.request import getproxies_environment, proxy_bypass_environment
 from rlvr.kit.data import parse_json
 from rlvr.kit.text import escape_controls, one_line
 
-__all__ = ["HttpAnswer", "HttpFailure", "MAX_BACKOFF_S", "check_url", "cleartext", "post_json", "proxy_for",
-           "read_secret", "redact"]
+__all__ = ["HttpAnswer", "HttpFailure", "MAX_BACKOFF_S", "MAX_SECRET_BYTES", "SECRETS_ENV", "check_url", "cleartext",
+           "host_key", "post_json", "proxy_for", "read_secret", "redact", "secret_sources", "user_secret"]
 
 MAX_BACKOFF_S = 30.0
+MAX_SECRET_BYTES = 4096  # a secret file's first line is read up to this (never /dev/zero without end)
+SECRETS_ENV = "RLVR_SECRETS"
+MAX_JSON_DEPTH = 64  # an answer nested deeper is refused: no scorer or judge answers like that
 RETRYABLE_STATUS = frozenset({408, 425, 429})  # and every 5xx
 _CHUNK = 1 << 16
 _ERROR_BYTES = 1 << 16  # what is read of an error's body, for its first words
@@ -125,8 +133,27 @@ class _Target:
         return f"http://{host}:{self.port}{self.path}"
 
 
+def host_key(host: str) -> str:
+    """``host`` as one spelling: lower case, no trailing dot, an IPv4 address in dotted quads
+    (``127.1`` and ``0x7f.1`` are ``127.0.0.1``, as the resolver reads them), IPv6 compressed."""
+    host = host.strip().lower().rstrip(".")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        pass
+    if host and all(c in "0123456789abcdefx." for c in host):
+        try:  # the shorthand forms inet_aton reads (the resolver connects to them)
+            return socket.inet_ntoa(socket.inet_aton(host))
+        except OSError:
+            pass
+    return host
+
+
 def _loopback(host: str) -> bool:
-    if host.lower() == "localhost":
+    host = host_key(host)
+    if host == "localhost" or host.endswith(".localhost"):
         return True
     try:
         return ipaddress.ip_address(host).is_loopback
@@ -220,15 +247,21 @@ def cleartext(url: str) -> bool:
 
 
 def read_secret(secret_file: str = "", secret_env: str = "") -> str:
-    """The bearer secret: the first line of ``secret_file``, else the value of the environment
-    variable named ``secret_env``; ``""`` when neither is given. A file that cannot be read, an
-    unset or empty variable, or a secret with spaces or control characters (it could not travel
-    in a header) is a one-line ``ValueError`` that never holds the secret."""
+    """The bearer secret: the first line of ``secret_file`` (read up to ``MAX_SECRET_BYTES``),
+    else the value of the environment variable named ``secret_env``; ``""`` when neither is given.
+    A file that cannot be read, a first line over the limit, an unset or empty variable, or a
+    secret with spaces or control characters (it could not travel in a header) is a one-line
+    ``ValueError`` that never holds the secret."""
     if secret_file:
         where = secret_file
         try:
-            with open(os.path.expanduser(secret_file), encoding="utf-8") as f:
-                secret = f.readline().strip()
+            with open(os.path.expanduser(secret_file), "rb") as f:
+                head = f.read(MAX_SECRET_BYTES + 1)
+            line = head.split(b"\n", 1)[0]
+            if len(line) > MAX_SECRET_BYTES:
+                raise ValueError(f"the secret file {secret_file} has no line break in its first {MAX_SECRET_BYTES} "
+                                 "bytes (the secret is its first line)")
+            secret = line.decode("utf-8").strip()
         except (OSError, UnicodeDecodeError) as exc:
             raise ValueError(f"cannot read the secret file {secret_file}: "
                              f"{getattr(exc, 'strerror', None) or one_line(exc)}") from None
@@ -246,6 +279,57 @@ def read_secret(secret_file: str = "", secret_env: str = "") -> str:
     if not _fits_a_header(secret):
         raise ValueError(f"the secret in {where} holds spaces, control or non-ASCII characters")
     return secret
+
+
+def secret_sources(text: str | None = None) -> dict[str, str]:
+    """The user's secrets by host, from ``text`` (default: ``RLVR_SECRETS``): ``HOST=FILE``,
+    ``HOST:PORT=FILE`` or ``HOST[:PORT]=env:VARIABLE`` entries, comma-separated -> {host key
+    (``host_key``, with ``:PORT`` when given): source}. A malformed entry is a one-line
+    ``ValueError``; nothing is read here."""
+    text = os.environ.get(SECRETS_ENV, "") if text is None else text
+    found: dict[str, str] = {}
+    for entry in (e.strip() for e in text.split(",")):
+        if not entry:
+            continue
+        where, eq, source = entry.partition("=")
+        where, source = where.strip(), source.strip()
+        if not eq or not where or not source:
+            raise ValueError(f"secret {escape_controls(one_line(where or entry, 80))}: give it as HOST=FILE, "
+                             "HOST:PORT=FILE or HOST=env:VARIABLE")
+        if "/" in where or "@" in where:
+            raise ValueError(f"secret for {escape_controls(one_line(where, 80))}: name a host (and port), not a URL")
+        host, port = where, ""
+        if where.count(":") == 1 or where.startswith("["):  # host:port, [v6]:port
+            host, _, port = where.rpartition(":") if not where.endswith("]") else (where, "", "")
+            if not port.isdigit() or not 0 < int(port) < 65536:
+                raise ValueError(f"secret for {escape_controls(one_line(where, 80))}: the port is not a number "
+                                 "from 1 to 65535")
+        if not host:
+            raise ValueError(f"secret for {escape_controls(one_line(where, 80))}: name a host")
+        key = host_key(host) + (f":{int(port)}" if port else "")
+        if key in found:
+            raise ValueError(f"two secrets are given for {key}")
+        found[key] = source
+    return found
+
+
+def user_secret(url: str) -> tuple[str, str]:
+    """(the secret the user gave for ``url``'s host, where it was read: ``"--secret 127.0.0.1:8001"``)
+    or ("", "") when the user gave none for that host (a ``HOST:PORT`` entry first, then ``HOST``);
+    read now, so a secret rotated in its file is picked up. One-line ``ValueError`` when the
+    entry is malformed or its file or variable cannot be read."""
+    target = _target(url)
+    sources = secret_sources()
+    host = host_key(target.host)
+    for key in (f"{host}:{target.port}", host):
+        if key in sources:
+            source = sources[key]
+            variable = source[4:] if source.startswith("env:") else ""
+            try:
+                return read_secret("" if variable else source, variable), f"the secret for {key}"
+            except ValueError as exc:
+                raise ValueError(f"the secret for {key}: {exc}") from None
+    return "", ""
 
 
 def _fits_a_header(secret: str) -> bool:
@@ -387,10 +471,22 @@ def _attempt(target: _Target, payload: bytes, headers: Mapping[str, str], timeou
         watchdog.cancel()
         connection.close()
     if status >= 400:
-        raise HttpFailure(f"HTTP {status} {escape_controls(one_line(response.reason or '', 60))}: "
+        raise HttpFailure(f"HTTP {status} {escape_controls(one_line(_redacted(response.reason or '', secret), 60))}: "
                           f"{_snippet(body, secret)}", retryable=status >= 500 or status in RETRYABLE_STATUS,
                           status=status, retry_after=_retry_after(response.getheader("retry-after")))
     return status, body
+
+
+def _depth(value: Any) -> int:
+    """How deep lists and objects nest in ``value`` (parsed JSON), without recursion."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, level = todo.pop()
+        if isinstance(item, (list, dict)):
+            deepest = max(deepest, level)
+            if level <= MAX_JSON_DEPTH:
+                todo.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _wait(attempt: int, backoff_s: float, retry_after: float | None) -> float:
@@ -430,11 +526,17 @@ def post_json(url: str, payload: bytes | Any, *, secret: str = "", timeout_s: fl
                 time.sleep(_wait(attempt, backoff_s, failure.retry_after))
                 continue
             after = f" (after {attempt} attempts)" if attempt > 1 else ""
+            if failure.status in (401, 403) and not secret:
+                after += (f"; no secret was sent: the user gives one for this host with --secret "
+                          f"{host_key(target.host)}:{target.port}=FILE (or {SECRETS_ENV})")
             raise HttpFailure(failure.why + after, retryable=failure.retryable, status=failure.status,
                               attempts=attempt) from None
         try:
             answer = parse_json(body)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        except (ValueError, RecursionError) as exc:  # not JSON; a 5,000-digit number; nesting deeper than Python's stack
             raise HttpFailure(f"HTTP {status}, but the answer is not JSON ({one_line(str(exc), 80)}): "
                               f"{_snippet(body, secret)}", status=status, attempts=attempt) from None
+        if _depth(answer) > MAX_JSON_DEPTH:  # what reads it (redact, the reward) recurses
+            raise HttpFailure(f"HTTP {status}, but the answer is nested deeper than {MAX_JSON_DEPTH} levels",
+                              status=status, attempts=attempt)
         return HttpAnswer(answer, status, attempt, time.monotonic() - start)

@@ -129,3 +129,26 @@ def _pipe(source: socket.socket, sink: socket.socket) -> None:
             sink.shutdown(socket.SHUT_WR)
         except OSError:
             pass
+
+
+@contextmanager
+def user_secret(url: str, secret_file: str = "", secret_env: str = ""):
+    """The user's secret for ``url``'s host and port, as ``--secret HOST:PORT=FILE`` (or
+    ``=env:VARIABLE``) gives it: in ``RLVR_SECRETS`` while the block runs."""
+    import os
+
+    if not (secret_file or secret_env):
+        yield
+        return
+    parts = urlsplit(url)
+    host = f"[{parts.hostname}]" if ":" in (parts.hostname or "") else parts.hostname
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    before = os.environ.get("RLVR_SECRETS")
+    os.environ["RLVR_SECRETS"] = f"{host}:{port}=" + (secret_file or f"env:{secret_env}")
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("RLVR_SECRETS", None)
+        else:
+            os.environ["RLVR_SECRETS"] = before
