@@ -137,6 +137,33 @@ def test_what_is_not_one_finite_number_is_refused_in_words_that_fit_it(bad, why)
     assert out.values["bad"] == [None, 1.0] and out.infos["bad"][0]["error"] == why
 
 
+def test_values_beyond_max_abs_are_refused_and_totals_stay_finite():
+    """A service answered 1e200 and rlvr train died in the advantages (OverflowError): a value
+    beyond ±max_abs (default 1e6) is the reward's error, and a total that overflows is None."""
+    from rlvr.recipe.spec import Recipe, RewardEntry
+    from rlvr.rewards.runner import DEFAULT_MAX_ABS
+    from rlvr.training.algo import rloo_advantages
+
+    out = run(bound(lambda p, c, i: [1e200, -1e6], "huge"))
+    assert out.values["huge"] == [None, -1e6] and out.total == [None, -1e6]
+    assert out.infos["huge"][0]["error"] == "reward returned 1e+200, beyond ±1e+06 (its max_abs)"
+    small = bound(lambda p, c, i: [3.0, 2.0], "small")
+    small.max_abs = 2.5
+    assert run(small).values["small"] == [None, 2.0]
+    assert run(bound(lambda p, c, i: [1e6, 1e6], "big", 1e303)).total == [None, None]  # weight x value overflows
+    assert rloo_advantages([1e6, -1e6, 1e6, -1e6], 2)[0] == [2e6, -2e6, 2e6, -2e6]
+    with pytest.raises(ValueError, match="not finite"):
+        rloo_advantages([float("inf"), 1.0], 2)
+    # the recipe's setting and an entry's own
+    recipe = Recipe(name="r", task={"name": "arithmetic"}, rewards={"math": 1.0, "format": {"max_abs": 5}})
+    assert recipe.max_abs_reward == DEFAULT_MAX_ABS == 1e6 and recipe.rewards["format"].max_abs == 5.0
+    for bad in ({"max_abs_reward": 0}, {"max_abs_reward": float("inf")}):
+        with pytest.raises(ValueError):
+            Recipe(name="r", task={"name": "arithmetic"}, rewards={"math": 1.0}, **bad)
+    with pytest.raises(ValueError):
+        RewardEntry(max_abs=-1)
+
+
 def test_zero_weight_reward_does_not_poison_total():
     out = run(bound(exact, "exact"), bound(boom, "boom", 0.0))
     assert out.total == [1.0, 0.0]

@@ -75,6 +75,18 @@ def test_terminal_view_shows_turns_rewards_and_what_is_not_trained_on():
     assert "  math: equal" in text
 
 
+def test_what_the_model_wrote_reaches_the_terminal_shown_not_acted_on():
+    """A completion holding terminal escapes (clear the screen, set the title, a bidi override):
+    the view writes them out, as the console does elsewhere."""
+    records = [{"step": 1, "group": 0, "sample": 0, "prompt": "Q\x1b]0;pwned\x07", "total": 1.0,
+                "rewards": {"math\x1b[31m": 1.0}, "turns": [{"role": "policy", "trained": True,
+                "text": "4\x1b[2J\x1b[H done\u202egnp.exe\x85next"}], "reasons": {"math": {"why": "ok\x1b[5m"}}}]
+    text = format_records(records, width=80)
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text and "\x85" not in text
+    assert "4\\x1b[2J\\x1b[H done\\u202egnp.exe\\x85next" in text and "Q\\x1b]0;pwned\\x07" in text
+    assert "math\\x1b[31m 1.000" in text and "math: ok\\x1b[5m" in text
+
+
 def test_the_samples_command(tmp_path):
     from helpers import run_rlvr
 

@@ -171,7 +171,7 @@ def _load_and_evaluate(recipe: Recipe, registry: Registry, keep_samples: bool,
                                seed=0, eval_rows=len(eval_set.rows), get_model=lambda: model, tokenizer=tokenizer)
         try:
             rewards = bind_rewards(recipe.rewards, registry, conversational=recipe.eval_prompt.chat_template,
-                                   when_unscored=recipe.when_unscored)
+                                   when_unscored=recipe.when_unscored, max_abs=recipe.max_abs_reward)
             result, per_prompt = evaluate_with(recipe, rewards, sampler, eval_set, keep_samples=keep_samples,
                                                episodes=episode_runner(recipe, registry, tokenizer, model_path),
                                                progress_label=label, require_scores=True)

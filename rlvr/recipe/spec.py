@@ -119,6 +119,8 @@ class RewardEntry(Strict):
     # reward parameter -> dataset column, when the names differ
     columns: dict[str, str] = Field(default_factory=dict)
     when_unscored: WhenUnscored | None = None  # default: the recipe's when_unscored
+    # A value beyond ±max_abs is refused as the reward's error (None): default the recipe's max_abs_reward
+    max_abs: float | None = Field(default=None, gt=0, allow_inf_nan=False)
 
 
 class ModelConfig(Strict):
@@ -429,6 +431,7 @@ class Recipe(Strict):
     prompt: PromptConfig = Field(default_factory=PromptConfig)
     rewards: dict[str, RewardEntry]
     when_unscored: WhenUnscored = "void"  # for the rewards that do not set their own
+    max_abs_reward: float = Field(default=1e6, gt=0, allow_inf_nan=False)  # for the rewards that do not set max_abs
     model: ModelConfig = Field(default_factory=ModelConfig)
     sampling: SamplingConfig = Field(default_factory=SamplingConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)

@@ -55,6 +55,7 @@ log = logging.getLogger("rlvr.rewards")
 # ``when_unscored``, or a reward entry's own.
 UnscoredMode = Literal["void", "skip", "zero"]
 UNSCORED_MODES: tuple[str, ...] = typing.get_args(UnscoredMode)
+DEFAULT_MAX_ABS = 1e6  # the recipe's max_abs_reward by default: a reward beyond it is a bug or an attack
 
 
 @dataclass
@@ -73,6 +74,7 @@ class BoundReward:
     # chat messages: rlvr's are when the recipe renders them with the chat template.
     conversational: bool = False
     when_unscored: UnscoredMode = "void"  # what a record this reward could not score counts as
+    max_abs: float = DEFAULT_MAX_ABS  # a value beyond ±max_abs is refused as the reward's error
 
     def __post_init__(self) -> None:
         self.options = self.spec.check_options(self.options)
@@ -198,8 +200,9 @@ def _refusal(value: Any) -> str:
     return f"reward returned {type(value).__name__} {text}, not a number"
 
 
-def _coerce(item: Any) -> tuple[float | None, dict, str | None]:
-    """(value, info, error): error says why a value that is not a finite number was refused."""
+def _coerce(item: Any, max_abs: float = math.inf) -> tuple[float | None, dict, str | None]:
+    """(value, info, error): error says why a value that is not a finite number within
+    ±``max_abs`` was refused."""
     if isinstance(item, Score):
         value, info = item.value, dict(item.info)
     else:
@@ -211,6 +214,8 @@ def _coerce(item: Any) -> tuple[float | None, dict, str | None]:
         error = _refusal(value)
     elif not math.isfinite(number):
         error = f"reward returned {number}, not a finite number"
+    elif abs(number) > max_abs:
+        error = f"reward returned {number:g}, beyond ±{max_abs:g} (its max_abs)"
     else:
         return number, info, None
     return None, {**info, "error": error}, error
@@ -360,7 +365,7 @@ def run_reward(
     run = RewardRun([], [], {})
     for i, item in enumerate(out):
         try:
-            value, info, error = _coerce(item)
+            value, info, error = _coerce(item, reward.max_abs)
         except Exception as exc:  # noqa: BLE001 - e.g. a Score whose info is not a mapping
             error = f"reward returned {type(item).__name__} that cannot be read: {one_line(exc)}"
             value, info = None, {"error": error}
@@ -428,18 +433,19 @@ def weighted_total(parts: Sequence[tuple[float, float | None, str]]) -> float | 
     if any(v is None and mode == "void" for _, v, mode in parts):
         return None
     counted = [w * (0.0 if v is None else v) for w, v, mode in parts if v is not None or mode == "zero"]
-    return sum(counted) if counted else None
+    total = sum(counted) if counted else None
+    return total if total is None or math.isfinite(total) else None  # huge weights times values: no total
 
 
 def bind_rewards(recipe_rewards: Mapping[str, Any], registry, conversational: bool = False,
-                 when_unscored: str = "void") -> list[BoundReward]:
+                 when_unscored: str = "void", max_abs: float = DEFAULT_MAX_ABS) -> list[BoundReward]:
     """The recipe's ``rewards:`` section as callable rewards (names already resolved; the options
     are checked again, and converted, by ``BoundReward``). ``conversational``: the recipe's
     prompts are chat messages (``prompt.chat_template``), so TRL-convention rewards get
     conversational completions, as TRL gives them. ``when_unscored``: the recipe's, for the
-    entries that do not set their own."""
+    entries that do not set their own; ``max_abs``: the recipe's ``max_abs_reward``, likewise."""
     return [
         BoundReward(registry.reward(name), entry.weight, dict(entry.options), dict(entry.columns), conversational,
-                    entry.when_unscored or when_unscored)
+                    entry.when_unscored or when_unscored, entry.max_abs or max_abs)
         for name, entry in recipe_rewards.items()
     ]

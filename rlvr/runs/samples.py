@@ -23,7 +23,7 @@ import textwrap
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from rlvr.kit import open_append
+from rlvr.kit import escape_controls, open_append
 from rlvr.runs.metrics import keep_steps, step_rows
 
 Decode = Callable[[Sequence[int]], str]
@@ -77,7 +77,9 @@ def read_samples(path: Path) -> list[dict]:
 
 def format_records(records: Sequence[Mapping], width: int | None = None) -> str:
     """``records`` as the terminal shows them: a header per sample (step, group, rewards,
-    advantage), then each turn, indented, the environment's marked as not trained on."""
+    advantage), then each turn, indented, the environment's marked as not trained on. What the
+    model (or anyone who wrote the file) put there is shown, never acted on: control sequences
+    and invisible format characters are written out (``escape_controls``)."""
     width = width or max(60, min(120, shutil.get_terminal_size((100, 20)).columns))
     lines: list[str] = []
     last_prompt = None
@@ -85,19 +87,19 @@ def format_records(records: Sequence[Mapping], width: int | None = None) -> str:
         if (r["step"], r["group"]) != last_prompt:
             last_prompt = (r["step"], r["group"])
             lines += ["", f"=== step {r['step']}, group {r['group']} " + "=" * 20, "prompt:"]
-            lines += _indent(r["prompt"], width)
+            lines += _indent(escape_controls(str(r["prompt"])), width)
         scores = "  ".join(f"{name} {_fmt(v)}" for name, v in r["rewards"].items())
         advantage = "" if r.get("advantage") is None else f"  advantage {r['advantage']:+.3f}"
         cut = "  (truncated)" if r.get("truncated") else ""
         lines += ["", f"--- sample {r['sample']}: total {_fmt(r['total'])}  ({scores}){advantage}{cut}"]
         for turn in r["turns"]:
             lines.append(f"  [{turn['role']}{'' if turn['trained'] else ', not trained on'}]")
-            lines += _indent(turn["text"], width, "    ")
+            lines += _indent(escape_controls(str(turn["text"])), width, "    ")
         for name, info in r.get("reasons", {}).items():
             why = info.get("why") if isinstance(info, dict) else info
             if why:
                 lines.append(f"  {name}: {why}")
-    return "\n".join(lines).lstrip("\n")
+    return escape_controls("\n".join(lines).lstrip("\n"))  # names, reasons: from the file too
 
 
 def _fmt(value: Any) -> str:

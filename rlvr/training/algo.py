@@ -45,6 +45,8 @@ def rloo_advantages(
             too_few += 1
             continue
         values = [float(rewards[i]) for i in idx]
+        if not all(math.isfinite(v) for v in values):  # the runner never gives one (weighted_total)
+            raise ValueError(f"a reward total in the group at {start} is not finite: {values}")
         total, m = sum(values), len(values)
         if max(values) - min(values) <= 0:
             zero_var += 1

@@ -112,7 +112,7 @@ def _train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool, v
     if problem:
         raise RlvrError(problem)
     rewards = bind_rewards(recipe.rewards, registry, conversational=recipe.prompt.chat_template,
-                           when_unscored=recipe.when_unscored)
+                           when_unscored=recipe.when_unscored, max_abs=recipe.max_abs_reward)
     trackers = check_trackers(recipe.trainer.report_to)  # one named but not installed: before any model loads
     t, s, algo = recipe.trainer, recipe.sampling, recipe.algorithm
     # However training ends, the sampler is closed (``closing``) and then the default process
