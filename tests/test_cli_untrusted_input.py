@@ -49,6 +49,20 @@ def test_an_alias_bomb_is_refused_before_anything_walks_it(tmp_path):
         load_yaml(alias_bomb())
 
 
+def test_one_big_string_named_by_many_aliases_is_refused_before_anything_reads_it(tmp_path):
+    """Under the node limit but 1 MB x 100 aliases: 100 MB for every prompt rendered with it
+    (`validate --data` took 100 s and 1.6 GB); refused by its expanded characters, at once."""
+    from rlvr.recipe.load import MAX_EXPANDED_CHARS
+
+    big = tmp_path / "big.yaml"
+    big.write_text("name: big\nx: &x " + "a" * (1 << 20) + "\nprompt: {system: [" + ", ".join(["*x"] * 100) + "]}\n")
+    start = time.monotonic()
+    with pytest.raises(RlvrError, match=f"its aliases expand to more than {MAX_EXPANDED_CHARS:,} characters"):
+        load_recipe(big)
+    assert time.monotonic() - start < 10
+    assert len(load_yaml("x: &x " + "a" * 1000 + "\ny: [" + ", ".join(["*x"] * 100) + "]\n")["y"]) == 100
+
+
 def test_aliases_within_the_limit_still_load(tmp_path):
     data = load_yaml(alias_bomb(levels=4) + "base: &base {lr: 1.0e-5}\nprofile: {<<: *base, steps: 3}\n")
     assert len(data["d"]) == 9 and data["d"][0][0][0] == ["lol"] * 9

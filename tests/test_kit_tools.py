@@ -185,3 +185,14 @@ def test_the_fallback_prompt_lists_every_schema_and_the_call_format():
     assert [json.loads(line) for line in listed] == schemas
     example = text.split("<tool_call>\n", 1)[1].split("\n</tool_call>", 1)[0]
     assert set(json.loads(example.replace("<value>", "1"))) == {"name", "arguments"}
+
+
+def test_an_integer_too_big_for_a_float_is_an_invalid_number_not_a_crash():
+    """A model wrote a 400-digit integer for a float argument: math.isfinite raised
+    OverflowError and the episode was left unscored. It is a bad argument like any other."""
+    from rlvr.kit.tools import check_arguments
+
+    schema = {"type": "object", "properties": {"x": {"type": "number"}, "n": {"type": "integer"}}}
+    assert check_arguments(schema, {"x": 10**400}) == "argument 'x' must be number, not an integer of about 401 digits"
+    assert check_arguments(schema, {"x": 10**300, "n": 10**400}) is None  # a float holds the one, an int the other
+    assert check_arguments(schema, {"x": "1"}) == "argument 'x' must be number, not string"

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from helpers.ordinary_user import USERS, as_ordinary_user
+from helpers.skips import expected_skip
 
 pytestmark = pytest.mark.slow  # starts real sandbox pools
 
@@ -303,3 +304,32 @@ def test_a_pinned_program_cannot_widen_its_cpus(isolation):
             free.close()
     finally:
         box.close()
+
+
+def test_process_isolation_leaves_nothing_in_the_hosts_temporary_folders(tmp_path):
+    """Without namespaces a program shares the host's /tmp and /dev/shm: its temporary files go
+    to its run's own folder (TMPDIR), removed with it, and as root what its private uid left
+    at the top of /tmp, /var/tmp and /dev/shm is removed when its worker stops."""
+    import secrets
+
+    tag = f"rlvr-leftover-{secrets.token_hex(6)}"
+    program = (
+        "import os, tempfile\n"
+        f"open('/tmp/{tag}-file', 'w').write('x')\n"
+        f"os.makedirs('/tmp/{tag}-dir/sub')\n"
+        f"open('/dev/shm/{tag}-shm', 'w').write('x')\n"
+        "fd, name = tempfile.mkstemp()\n"
+        "def f(x):\n    return name\n"
+    )
+    box = sb.Sandbox("process", workers=1)
+    try:
+        result = box.run(sb.Job(program=program, tests=["assert not f(0).startswith('/tmp/tmp')"]))
+        assert result.ok, result
+    finally:
+        box.close()
+    left = [p for folder in ("/tmp", "/dev/shm") for p in Path(folder).glob(f"{tag}*")]
+    if os.geteuid() != 0:
+        for path in left:
+            path.unlink() if path.is_file() else __import__("shutil").rmtree(path)
+        expected_skip("only as root do programs run as a uid of their own, whose leftovers can be told apart")
+    assert left == []

@@ -195,6 +195,8 @@ class Worker:
 
             shutil.rmtree(self.workdir, ignore_errors=True)
             self.workdir = None
+            if self.uid is not None:  # process isolation as root: what its programs left in shared folders
+                remove_leftovers(self.uid)
 
     def _remove_cgroups(self) -> None:
         for path in self.cgroups.values():
@@ -236,6 +238,38 @@ class Worker:
         if reply.get("status") == "sandbox_error":
             self.stop()
         return reply
+
+
+SHARED_TEMPORARY = ("/tmp", "/var/tmp", "/dev/shm")
+
+
+def remove_leftovers(uid: int, folders: tuple[str, ...] = SHARED_TEMPORARY) -> int:
+    """Remove what ``uid`` (a worker's private uid: only its programs ever had it) owns at the top
+    of the host's shared temporary folders (``isolation="process"`` gives programs no folders of
+    their own); links are removed, never followed. The number of entries removed."""
+    import shutil
+    import stat
+
+    removed = 0
+    for folder in folders:
+        try:
+            names = os.listdir(folder)
+        except OSError:
+            continue
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                info = os.lstat(path)
+                if info.st_uid != uid:
+                    continue
+                if stat.S_ISDIR(info.st_mode):
+                    shutil.rmtree(path)  # does not follow links inside
+                else:
+                    os.unlink(path)
+                removed += 1
+            except OSError:
+                pass
+    return removed
 
 
 def _count_user_processes(uid: int) -> int:

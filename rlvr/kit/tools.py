@@ -305,9 +305,24 @@ def _json_name(value: Any) -> str:
 def _is(value: Any, kind: str) -> bool:
     if kind == "integer":
         return isinstance(value, int) and not isinstance(value, bool)
-    if kind == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if kind == "number":  # an integer too big for a float is no number a tool can take
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value)
     return _json_name(value) == kind
+
+
+def _finite(value: int | float) -> bool:
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # math.isfinite(10**400)
+        return False
+
+
+def _shown(value: Any) -> str:
+    """A number or boolean as JSON, cut to 40 characters (an integer of thousands of digits is
+    not even written out whole: Python refuses to above 4300), else its JSON type's name."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**39:
+        return f"an integer of about {int(value.bit_length() * 0.30103) + 1} digits"
+    return json.dumps(value)[:40] if _json_name(value) in ("integer", "number", "boolean") else _json_name(value)
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -332,8 +347,7 @@ def _check(schema: Mapping[str, Any], value: Any, where: str, top: bool = False)
     if kinds is not None:
         kinds = [kinds] if isinstance(kinds, str) else list(kinds)
         if not any(_is(value, k) for k in kinds):
-            shown = json.dumps(value)[:40] if _json_name(value) in ("integer", "number", "boolean") else _json_name(value)
-            return f"{where} must be {' or '.join(kinds)}, not {shown}"
+            return f"{where} must be {' or '.join(kinds)}, not {_shown(value)}"
     if "enum" in schema and not any(_same(value, e) for e in schema["enum"]):
         return f"{where} must be one of {json.dumps(schema['enum'])[:200]}"
     if isinstance(value, dict):

@@ -25,14 +25,17 @@ from rlvr.recipe.spec import Recipe
 # Nodes a recipe may hold once its aliases are expanded: real recipes hold hundreds; a 1 KB "billion
 # laughs" (nine aliases of nine aliases, nine deep) is 9^9 nodes, minutes for anything that walks them.
 MAX_EXPANDED_NODES = 100_000
+# Characters likewise: one 1 MB string named by 100 aliases is 100 MB for whatever reads the recipe
+# (rendering every prompt with it, as `validate --data` does); real recipes hold kilobytes.
+MAX_EXPANDED_CHARS = 16 << 20
 
 
 class RecipeLoader(yaml.SafeLoader):
     """PyYAML's safe loader, stricter: a key given twice in one mapping is an error (naming its
     line), not a silent "last one wins"; ``1e3``/``1e-6`` are numbers, as in YAML 1.2 (YAML 1.1
     reads a float without a dot as a string, so ``steps: 1e3`` would be refused); and a document
-    whose aliases expand past :data:`MAX_EXPANDED_NODES` nodes, or that contains itself, is refused
-    before it is built."""
+    whose aliases expand past :data:`MAX_EXPANDED_NODES` nodes or :data:`MAX_EXPANDED_CHARS`
+    characters, or that contains itself, is refused before it is built."""
 
     def construct_document(self, node):
         _check_expanded_size(node)
@@ -59,9 +62,11 @@ class RecipeLoader(yaml.SafeLoader):
 
 
 def _check_expanded_size(root: yaml.Node) -> None:
-    """Count the nodes of ``root`` with every alias expanded, each distinct node once (depth
-    first, without recursion); ``ConstructorError`` past the limit or on a node inside itself."""
+    """Count the nodes and characters of ``root`` with every alias expanded, each distinct node
+    once (depth first, without recursion); ``ConstructorError`` past a limit or on a node inside
+    itself."""
     sizes: dict[int, int] = {}
+    chars: dict[int, int] = {}
     open_nodes: set[int] = set()  # the current path from the root
     todo: list[tuple[yaml.Node, bool]] = [(root, False)]
     while todo:
@@ -73,9 +78,15 @@ def _check_expanded_size(root: yaml.Node) -> None:
         if children_done:
             open_nodes.discard(id(node))
             sizes[id(node)] = 1 + sum(sizes[id(child)] for child in children)
+            chars[id(node)] = (len(node.value) if isinstance(node, yaml.ScalarNode) else
+                               sum(chars[id(child)] for child in children))
             if sizes[id(node)] > MAX_EXPANDED_NODES:
                 raise yaml.constructor.ConstructorError(
                     None, None, f"its aliases expand to more than {MAX_EXPANDED_NODES:,} values (an alias bomb?)",
+                    node.start_mark)
+            if chars[id(node)] > MAX_EXPANDED_CHARS:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"its aliases expand to more than {MAX_EXPANDED_CHARS:,} characters (an alias bomb?)",
                     node.start_mark)
             continue
         if id(node) in open_nodes:

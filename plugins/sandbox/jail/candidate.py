@@ -87,6 +87,11 @@ def candidate_main(sock: socket.socket, config: dict, workdir: str | None) -> No
         nproc += config["user_processes"]
     set_rlimits(spec["timeout"], spec["memory_mb"], 256, nproc)
     os.chdir(workdir)
+    if not config["namespaces"]:  # temporary files in the run's own folder, removed with it
+        os.environ["TMPDIR"] = workdir
+        import tempfile
+
+        tempfile.tempdir = None
     if mode == "io":
         stdin_fd, out_fd, err_fd = fds
         os.dup2(stdin_fd, 0)
