@@ -197,3 +197,15 @@ def test_validate_names_each_tool_reference_with_its_file_and_why(tmp_path):
     assert (f"tool mytools:double imports mytools from {tmp_path / 'mytools.py'} (in the recipe's folder); "
             "imported and checked") in out.stdout
     assert "tool calculator" not in out.stdout  # a registered name imports nothing of the recipe's
+
+
+def test_the_python_api_asks_for_the_same_consent(tmp_path, monkeypatch):
+    from rlvr.api.python import prepare
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv(UNSANDBOXED_ENV, raising=False)
+    path = write_recipe(tmp_path, '"calculator"', "{run: process}")
+    with pytest.raises(RlvrError, match="environment.options.run: 'process' runs what the model writes outside"):
+        prepare(path, None, None, None, None)
+    recipe, _ = prepare(path, None, None, None, None, allow_unsandboxed=True)
+    assert recipe.environment.options["run"] == "process"
