@@ -192,7 +192,18 @@ def test_the_final_model_has_the_runs_mode_and_the_dtype_asked(tmp_path, dtype):
         assert torch.equal(loaded.state_dict()[name], value.to(getattr(torch, dtype))), name
 
 
-def test_a_first_signal_asks_to_stop_and_a_second_stops_at_once(tmp_path):
+@pytest.fixture
+def sigint_as_python_has_it():
+    """SIGINT as an interactive Python has it (a suite started in the background, or under nohup,
+    runs with it ignored, which stop_requests rightly keeps), and as it was afterwards."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)
+
+
+def test_a_first_signal_asks_to_stop_and_a_second_stops_at_once(tmp_path, sigint_as_python_has_it):
     """What Ctrl-C does during training, without training: the handlers are the previous ones
     again afterwards (a notebook's KeyboardInterrupt still works), whatever happened inside."""
     import signal
@@ -220,7 +231,7 @@ def test_a_first_signal_asks_to_stop_and_a_second_stops_at_once(tmp_path):
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
 
-def test_an_ignored_signal_stays_ignored_and_other_threads_change_nothing(tmp_path):
+def test_an_ignored_signal_stays_ignored_and_other_threads_change_nothing(tmp_path, sigint_as_python_has_it):
     import signal
     import threading
 
