@@ -162,31 +162,29 @@ class ImportPolicy:
 def load_callable(source: CodeSource, attr: str) -> Callable[..., Any]:
     """``attr`` of the module :meth:`ImportPolicy.locate` allowed, imported now; refused when it
     is defined in the standard library (a function an allowed module imported from there)."""
-    if attr.startswith("_") or not attr.isidentifier():
-        raise RlvrError(f"{source.module}:{attr}: {attr!r} is private (it starts with _): a recipe names no private "
-                        "code" if attr.startswith("_") else f"{attr!r} is not a function name")
+    check_function_name(attr)
     module = _import(source)
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise RlvrError(f"{source.module!r} has no function {attr!r}"
                         f"{did_you_mean(attr, [n for n in dir(module) if callable(getattr(module, n))])}")
-    defined_in = _defining_module(fn)
+    defined_in, own = _origin(fn)
     if defined_in is None or is_standard_library(defined_in.split(".")[0]):
         raise RlvrError(f"{source.module}:{attr} is {defined_in or 'an unknown module'}'s {attr!r}, which a recipe "
                         "may not name (the standard library holds no rewards)")
-    own = _own_name(fn)
     if own.startswith("_"):
         raise RlvrError(f"{source.module}:{attr} is {defined_in}'s private {own!r} under another name: a recipe names "
                         "no private code")
     return fn
 
 
-def _own_name(fn: Any) -> str:
-    """The name a function was defined with (through ``functools.partial``), "" when it has none."""
-    while hasattr(fn, "func") and callable(fn.func) and type(fn).__module__ == "functools":
-        fn = fn.func
-    name = getattr(fn, "__name__", "")
-    return name if isinstance(name, str) else ""
+def check_function_name(attr: str) -> None:
+    """One-line ``RlvrError`` when ``attr``, the function a reference names, is private (starts
+    with ``_``) or no name at all; checked before anything is imported."""
+    if attr.startswith("_"):
+        raise RlvrError(f"{attr!r} is private (it starts with _): a recipe names no private code")
+    if not attr.isidentifier():
+        raise RlvrError(f"{attr!r} is not a function name")
 
 
 def _find_in(top: str, folder: Path):
@@ -203,11 +201,13 @@ def _find_top(top: str):
         return None
 
 
-def _defining_module(fn: Any) -> str | None:
+def _origin(fn: Any) -> tuple[str | None, str]:
+    """(the module ``fn`` was defined in, or None; the name it was defined with, or ""), through
+    ``functools.partial``."""
     while hasattr(fn, "func") and callable(fn.func) and type(fn).__module__ == "functools":  # partial
         fn = fn.func
-    name = getattr(fn, "__module__", None)
-    return name if isinstance(name, str) else None
+    module, name = getattr(fn, "__module__", None), getattr(fn, "__name__", "")
+    return (module if isinstance(module, str) else None), (name if isinstance(name, str) else "")
 
 
 def _import(source: CodeSource):

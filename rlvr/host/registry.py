@@ -20,7 +20,7 @@ import pluggy
 from rlvr import RlvrError
 from rlvr.host import hookspecs
 from rlvr.host.hookspecs import RegisterEnvironment, RegisterReward, RegisterTask, RegisterTool
-from rlvr.host.imports import CodeSource, ImportPolicy, load_callable
+from rlvr.host.imports import CodeSource, ImportPolicy, check_function_name, load_callable
 from rlvr.host.options import OptionChecker, did_you_mean, option_checker
 from rlvr.kit import one_line
 from rlvr.kit.tools import Tool, tool_from_function
@@ -221,10 +221,8 @@ class Registry:
             module, _, attr = name.partition(":")
             if not module or not attr:
                 raise RlvrError(f"{kind} {name!r}: a reference is module:function")
-            if attr.startswith("_"):
-                raise RlvrError(f"{kind} {name!r}: {attr!r} is private (it starts with _): a recipe names no private "
-                                "code")
             try:
+                check_function_name(attr)
                 self.sources[name] = self.imports.locate(module, self.plugin_packages)
             except RlvrError as exc:
                 raise RlvrError(f"{kind} {name!r}: {exc}") from None

@@ -24,8 +24,9 @@ user gave for the URL's host (``--secret HOST=FILE`` on the command line, which 
 or none: a secret goes only to a host its user named, whatever the scheme, and a recipe cannot
 name where one is read from. ``read_secret`` reads one (a file's first line, at most
 ``MAX_SECRET_BYTES``, or a variable); ``check_url`` refuses what is not
-``http(s)://host[:port]/path`` (credentials in the address included: they belong in the secret). https checks the host's certificate against the
-system's authorities (or those ``SSL_CERT_FILE`` names); a certificate that fails is not retried.
+``http(s)://host[:port]/path`` (credentials in the address included: they belong in the
+secret). https checks the host's certificate against the system's authorities (or those
+``SSL_CERT_FILE`` names); a certificate that fails is not retried.
 
 Proxies are those the environment names, as curl and Python's urllib read them
 (``HTTPS_PROXY``/``https_proxy`` for https, ``HTTP_PROXY``/``http_proxy`` for http, else

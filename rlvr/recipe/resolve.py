@@ -45,9 +45,7 @@ def resolve(recipe: Recipe, registry: Registry, import_code: bool = True) -> Non
         env = recipe.environment
         spec = registry.environment(env.name)
         env.options = {**env.options, **_check_options(spec.fn, spec.name, "environment", spec.plugin, env.options,
-                                                       "environment.options", base, recipe)}
-        check_unsandboxed(_checker(spec.fn, spec.name, "environment", spec.plugin), env.options,
-                          "environment.options", registry)
+                                                       "environment.options", base, registry, recipe)}
         recipe_tools(recipe, registry)
 
 
@@ -107,8 +105,7 @@ def reward_specs(recipe: Recipe, registry: Registry, imported: bool) -> Iterator
 def _check_task(registry: Registry, ref: TaskRef, prompt: PromptConfig, splits: list[str], recipe: Recipe, where: str,
                 imported: bool, base: Path) -> None:
     task = registry.task(ref.name)
-    ref.options = {**ref.options, **_check_task_options(task, ref.options, where, base, recipe)}  # 1e3 -> 1000
-    check_unsandboxed(_checker(task.fn, task.name, "task", task.plugin), ref.options, f"{where}task.options", registry)
+    ref.options = {**ref.options, **_check_task_options(task, ref.options, where, base, registry, recipe)}  # 1e3 -> 1000
     columns = set(task_columns(task, ref)) or _first_row_columns(task, ref, splits[0], where)
     for split in splits:
         if task.splits and split not in task.splits:
@@ -167,9 +164,11 @@ def _check_prompt(registry: Registry, columns: set[str], task_name: str, prompt:
         )
 
 
-def _check_task_options(task, options: dict, where: str, base: Path, recipe: Recipe | None = None) -> dict:
+def _check_task_options(task, options: dict, where: str, base: Path, registry: Registry,
+                        recipe: Recipe | None = None) -> dict:
     """A task's options are its loader's keyword-only parameters (but ``data_dir``)."""
-    return _check_options(task.fn, task.name, "task", task.plugin, options, f"{where}task.options", base, recipe)
+    return _check_options(task.fn, task.name, "task", task.plugin, options, f"{where}task.options", base, registry,
+                          recipe)
 
 
 HOST_PASSED = {"task": ("data_dir",), "environment": ("tools",)}
@@ -204,10 +203,11 @@ def _checker(fn, name: str, kind: str, plugin: str) -> OptionChecker:
         raise RlvrError(f"plugin {plugin!r}: {kind} {name!r}: {exc}") from None
 
 
-def _check_options(fn, name: str, kind: str, plugin: str, options: dict, where: str, base: Path,
+def _check_options(fn, name: str, kind: str, plugin: str, options: dict, where: str, base: Path, registry: Registry,
                    recipe: Recipe | None = None) -> dict:
     """The options, checked (``_checker``; with ``**kwargs`` the loader takes other names too),
-    those annotated ``Path`` made to name the file from ``base`` (and kept as strings)."""
+    a value outside the sandbox only with the user's consent (``check_unsandboxed``), those
+    annotated ``Path`` made to name the file from ``base`` (and kept as strings)."""
     open_ended = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(fn).parameters.values())
     checker = _checker(fn, name, kind, plugin)
     for option in options:
@@ -220,6 +220,7 @@ def _check_options(fn, name: str, kind: str, plugin: str, options: dict, where: 
         checked = checker.check({k: v for k, v in options.items() if k in checker.options})
     except RlvrError as exc:
         raise RlvrError(f"{where}: {exc}") from None
+    check_unsandboxed(checker, {**options, **checked}, where, registry)
     for option in path_options(checker):
         if checked.get(option) is not None:
             checked[option] = _from_folder(options[option], base, f"{where}.{option}", recipe)
