@@ -10,7 +10,7 @@ TA_STAMP := $(VENV)/.rlvr-textarena-installed
 EXTRA ?= $(shell nvidia-smi -L >/dev/null 2>&1 && echo gpu || echo cpu)
 DATA ?= $(abspath ../shared/data)
 
-.PHONY: install demo tool-demo judge-demo test bench gpu-wheels clean-venv
+.PHONY: install demo tool-demo judge-demo test test-fast test-unit bench gpu-wheels clean-venv
 
 install: $(STAMP)
 
@@ -79,7 +79,7 @@ $(TA_STAMP): examples/rlvr-textarena/pyproject.toml $(STAMP)
 	touch $(TA_STAMP)
 
 # Math-Verify 0.9.0's own test suite (the tests/ of its source distribution), which
-# tests/test_plugins_math_conformance.py runs through the math reward: fetched once (PyPI is
+# tests/integration/test_plugins_math_conformance.py runs through the math reward: fetched once (PyPI is
 # reachable here, not in the tests), checked against its sha256, unpacked into the venv.
 MV_SUITE := $(VENV)/math-verify-0.9.0
 MV_SUITE_SHA256 := 45ac6c61344ba056b9e99a660a4bc8d044ed408f730aed68c60435aa5eec4645
@@ -91,21 +91,38 @@ $(MV_SUITE)/.fetched: | $(STAMP)
 	tar -xzf $(MV_SUITE)/math_verify-0.9.0.tar.gz -C $(MV_SUITE) --strip-components=1
 	touch $@
 
-# TRL, the oracle for reward functions written for it (tests/test_rewards_trl.py) and the
+# TRL, the oracle for reward functions written for it (tests/unit/test_rewards_trl.py) and the
 # benchmarks' baseline; trackio, the local-first tracker trainer.report_to is tested with,
-# offline (tests/test_runs_tracking.py): pinned, installed once.
+# offline (tests/unit/test_runs_tracking.py): pinned, installed once.
 TRL_STAMP := $(VENV)/.rlvr-trl-installed
 $(TRL_STAMP): $(STAMP)
 	$(PIP) install -q trl==1.16.0 trackio==0.43.0
 	touch $(TRL_STAMP)
 
-test: install $(RG_STAMP) $(TA_STAMP) $(MV_SUITE)/.fetched $(TRL_STAMP)
-	$(PIP) install -q --no-deps --no-build-isolation -e examples/rlvr-countdown
-	@# pytest exits 5 when it collected nothing: a test run that tests nothing is a failure. So is a
-	@# test that skipped (--no-skips, tests/helpers/skips.py), unless this machine explains the skip.
-	RLVR_MATH_VERIFY_SUITE="$(abspath $(MV_SUITE))" \
-	RLVR_DATA_DIR="$${RLVR_DATA_DIR:-$(DATA)}" $(VENV)/bin/pytest -q --no-skips --durations=15 $(PYTEST_ARGS); rc=$$?; \
-	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+# The suite in three rings (tests/unit, tests/integration, tests/e2e: tests/helpers/rings.py says
+# what each may do and its time limit). pytest exits 5 when it collected nothing: a test run that
+# tests nothing is a failure. So is a test that skipped (--no-skips, tests/helpers/skips.py), unless
+# this machine explains the skip.
+TEST_SETUP := install $(RG_STAMP) $(TA_STAMP) $(MV_SUITE)/.fetched $(TRL_STAMP)
+PYTEST = $(PIP) install -q --no-deps --no-build-isolation -e examples/rlvr-countdown && \
+  RLVR_MATH_VERIFY_SUITE="$(abspath $(MV_SUITE))" RLVR_DATA_DIR="$${RLVR_DATA_DIR:-$(DATA)}" \
+  $(VENV)/bin/pytest -q --no-skips --durations=15
+NONE_COLLECTED = rc=$$?; if [ $$rc -eq 5 ]; then echo "make $@: pytest collected no tests" >&2; exit 1; fi; exit $$rc
+# Two workers (pytest-xdist): each takes half the tests in ring order and, when done, takes what
+# the other has not started. TEST_WORKERS=1 runs them in one process, in ring order.
+TEST_WORKERS ?= 2
+# Where the unit and integration rings are (the e2e ring's modules are not even imported).
+FAST_PATHS := tests/unit tests/integration rlvr examples/rlvr-countdown/rlvr_countdown
+
+test: $(TEST_SETUP)
+	$(PYTEST) -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS); $(NONE_COLLECTED)
+
+# The inner loop: the unit and integration rings (a few minutes); `make test-unit`: the unit ring alone.
+test-fast: $(TEST_SETUP)
+	$(PYTEST) -n $(TEST_WORKERS) --dist worksteal -m "unit or integration" $(FAST_PATHS) $(PYTEST_ARGS); $(NONE_COLLECTED)
+
+test-unit: $(TEST_SETUP)
+	$(PYTEST) -m unit $(FAST_PATHS) $(PYTEST_ARGS); $(NONE_COLLECTED)
 
 bench: install $(TRL_STAMP)
 	RLVR_DATA_DIR="$${RLVR_DATA_DIR:-$(DATA)}" $(PY) benchmarks/bench_sandbox.py

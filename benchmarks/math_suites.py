@@ -9,14 +9,14 @@ are free text); math-verify as ``verify(parse(gold), parse(completion))`` with i
 Sources (each skipped with a note when absent):
 
 - ``math-verify``: Math-Verify 0.9.0's suite, run case by case through
-  ``tests/test_plugins_math_conformance.py`` (there "math-verify" is its own test passing).
+  ``tests/integration/test_plugins_math_conformance.py`` (there "math-verify" is its own test passing).
 - ``skyrl-gym``: ``tests/test_aime.py`` and ``tests/test_gsm8k.py`` of the skyrl-gym 0.4.0
   sdist (their ``expected > 0`` means right).
 - ``hendrycks``: ``modeling/math_equivalence_test.py`` of github.com/hendrycks/math.
 - ``rllm``: ``tests/rewards/test_math_reward.py`` of github.com/rllm-org/rllm (the cases
   whose completion closes ``</think>`` and whose gold is set: the others test its format
   penalties and configuration, not answers).
-- ``rlvr-table``: rlvr's own table (``tests/test_plugins_math_reward.py``): not held out, shown
+- ``rlvr-table``: rlvr's own table (``tests/unit/test_plugins_math_reward.py``): not held out, shown
   for the categories it pins (false positives of math-verify among them).
 
 ``--fetch`` downloads the PyPI sdists (math-verify, skyrl-gym) into ``--cache``; the GitHub

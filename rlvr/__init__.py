@@ -18,7 +18,7 @@ The parts, each a subpackage whose docstring says what it owns and what it may i
 ``kit`` (plugin authors' toolkit), ``host`` (plugin host), ``recipe`` (schema, loading, resolution),
 ``models``, ``rewards``, ``sampling``, ``evaluation``, ``training`` (the RLOO engine), ``runs``
 (what a run writes), ``api`` and ``cli``. This module is the floor they all stand on: it imports
-none of them (``tests/test_layout.py`` checks it).
+none of them (``tests/unit/test_layout.py`` checks it).
 """
 
 # Imported under private names: ``dir(rlvr)`` and tab completion show rlvr's own names only.

@@ -4,14 +4,20 @@ imports neither this file nor another test module). Loads the rule `make test` r
 and the rule that a test module leaves torch's process-wide settings as it found them
 (tests/helpers/process_state.py)."""
 
+import json
 import os
 import textwrap
+from pathlib import Path
 
 import pytest
 
 from helpers import ROOT, run_rlvr
-from helpers.process_state import pytest_make_collect_report, pytest_runtest_teardown  # noqa: F401 - hooks
-from helpers.skips import pytest_addoption, pytest_configure  # noqa: F401 - hooks: the --no-skips rule
+from helpers.cli_main import BADARG_PLUGIN, TEST_PLUGIN, TYPO_PLUGIN
+from helpers.sampling_server_options import SAMPLER_RECIPE
+
+# The suite's rules, as plugins: the rings by folder (tests/helpers/rings.py), --no-skips
+# (skips.py) and a module leaving torch's process-wide settings as it found them (process_state.py).
+pytest_plugins = ["helpers.rings", "helpers.skips", "helpers.process_state"]
 
 os.environ.setdefault("RLVR_DATA_DIR", str(ROOT.parent / "shared" / "data"))
 
@@ -138,3 +144,75 @@ def trl_rewards():
     """TRL's own reward functions (``trl.rewards``), the oracle for rewards written for TRL. `make
     test` installs trl: there a missing trl fails (--no-skips); elsewhere it skips."""
     return pytest.importorskip("trl.rewards", reason="trl is not installed (make test installs it)")
+
+
+# ------------------------------------------------------- fixtures of one part's tests in two rings
+
+
+@pytest.fixture(scope="module")
+def plugin_path(tmp_path_factory):
+    """A folder for PYTHONPATH holding two third-party plugins found through entry points:
+    `clitest` (rewards weird/slow/needy, task broken), `typo` (a misspelt hook) and `badarg` (a
+    hook with a wrong argument name)."""
+    root = tmp_path_factory.mktemp("site")
+    for name, source in (("clitest", TEST_PLUGIN), ("typo", TYPO_PLUGIN), ("badarg", BADARG_PLUGIN)):
+        (root / f"rlvr_{name}.py").write_text(source)
+        info = root / f"rlvr_{name}-0.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: rlvr-{name}\nVersion: 0.0\n")
+        (info / "entry_points.txt").write_text(f"[rlvr]\n{name} = rlvr_{name}\n")
+    return root
+
+
+@pytest.fixture
+def plugin_env(plugin_path):
+    """The environment that loads the `clitest` plugin, the built-in tasks and format reward."""
+    return {"PYTHONPATH": str(plugin_path), "RLVR_LOAD_PLUGINS": "clitest,tasks,format"}
+
+
+@pytest.fixture
+def plugged(plugin_env):
+    """Run rlvr with plugin_env (``env`` adds to it)."""
+
+    def run(*args, **kw):
+        return run_rlvr(*args, env={**plugin_env, **kw.pop("env", {})}, **kw)
+
+    return run
+
+
+@pytest.fixture(scope="module")
+def served_model(smollm_path, tmp_path_factory):
+    """A model folder as far as a sampler's command needs one: SmolLM2's tokenizer and a config
+    with a 1024-token context (no weights: vLLM never starts here; conftest's tiny_model takes
+    seconds to build)."""
+    import shutil
+
+    folder = tmp_path_factory.mktemp("served-model")
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        if (Path(smollm_path) / name).exists():
+            shutil.copy(Path(smollm_path) / name, folder / name)
+    config = json.loads((Path(smollm_path) / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 1024}))
+    return folder
+
+
+@pytest.fixture
+def sampler_recipe(tmp_path, served_model, monkeypatch):
+    for key in ("VLLM_SERVER_DEV_MODE", "VLLM_CPU_KVCACHE_SPACE"):
+        monkeypatch.delenv(key, raising=False)
+    path = tmp_path / "far.yaml"
+    path.write_text(SAMPLER_RECIPE.replace("MODEL", json.dumps(str(served_model))))
+    monkeypatch.chdir(tmp_path)  # `rlvr sampler` writes its log (sampler-PORT.log) in the current folder
+    return path
+
+
+@pytest.fixture(scope="module", params=["smollm2", "qwen2.5"])
+def chat_tok(request, smollm_path):
+    """SmolLM2's tokenizer with its own chat template, and with Qwen2.5's (which renders tools)."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(smollm_path)
+    if request.param == "qwen2.5":
+        tok.chat_template = (ROOT / "tests" / "data" / "qwen2.5_chat_template.jinja").read_text()
+    tok.template_name = request.param
+    return tok

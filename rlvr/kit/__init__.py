@@ -2,7 +2,7 @@
 
 A plugin imports the hook API from ``rlvr`` (``hookimpl``, ``Score``, ``RlvrError``, ``Reply``)
 and its helpers from here, nothing else of rlvr: the built-in plugins in ``plugins/`` do the
-same (``tests/test_layout.py`` fails when one imports a private module). What is here:
+same (``tests/unit/test_layout.py`` fails when one imports a private module). What is here:
 
 - text: ``completion_text`` (a completion's plain text, string or chat), ``one_line``
   (an error message on one line), ``escape_controls`` (text from outside, a program's output

@@ -6,7 +6,7 @@ TRL's keys (``GRPOConfig``/``RLOOConfig`` and the ``TrainingArguments`` they ext
 and match wherever they are written; verl's are dotted paths from the config's root and match
 that whole path (``actor_rollout_ref.actor.optim.lr``), however it is nested. Each entry names
 the rlvr settings it becomes, and a note where the two do not mean the same thing;
-``tests/test_recipe_key_hints.py`` checks every entry against the schema, so the table cannot rot.
+``tests/unit/test_recipe_key_hints.py`` checks every entry against the schema, so the table cannot rot.
 """
 
 from __future__ import annotations

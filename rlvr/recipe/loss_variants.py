@@ -6,7 +6,7 @@ section holds the variant's bounds and whether a recipe must give it, and its ru
 (``spec``) takes its choices, its checks and their messages from here, and the learner its clip
 bounds (``PolicyLoss.bounds``). Torch-free: ``rlvr validate`` reads it before any model loads. The
 tensor maths is ``rlvr.training.losses``, where each policy loss's function registers under its
-declared name (``@register_policy_loss("gspo")``); ``tests/test_training_loss_registry.py`` fails when the
+declared name (``@register_policy_loss("gspo")``); ``tests/unit/test_training_loss_registry.py`` fails when the
 schema, these tables and the registered functions do not name the same variants.
 
 A new policy loss: its ``PolicyLoss`` here, its function in ``rlvr.training.losses``, and (when

@@ -5,7 +5,7 @@ backend that cannot serve and ``max_staleness`` for one that samples the live mo
 asks whether the sampler's log-probs come free and what dtype it samples in; ``rlvr eval`` whether
 it must load a model for it; ``rlvr sampler`` whether it serves. Torch-free: ``rlvr validate``
 reads it before any model loads. ``builder`` names the function that builds the sampler
-(``rlvr.sampling.samplers.make_sampler`` imports it); ``tests/test_recipe_sampler_backends.py`` fails
+(``rlvr.sampling.samplers.make_sampler`` imports it); ``tests/unit/test_recipe_sampler_backends.py`` fails
 when the schema, this table and the builders disagree.
 
 A new backend: its ``SamplerBackend`` here, and a module with its sampler (the

@@ -267,7 +267,7 @@ def load_checkpoint(engine, ckpt_dir: Path, *, rank: int) -> tuple[TrainState, i
 def deepspeed_safe_globals() -> list:
     """The classes of DeepSpeed's own that its checkpoints hold besides tensors and plain data,
     listed with ``torch.serialization.get_unsafe_globals_in_checkpoint`` on checkpoints of
-    DeepSpeed 0.19.8 (ZeRO 0/2/3, fp32/bf16/fp16, CPU offload; tests/test_training_checkpoint.py checks
+    DeepSpeed 0.19.8 (ZeRO 0/2/3, fp32/bf16/fp16, CPU offload; tests/e2e/test_training_checkpoint.py checks
     the list): loss scalers, the ZeRO stage and flat-buffer fragment addresses in optim_states."""
     from deepspeed.runtime.fp16.loss_scaler import DynamicLossScaler, LossScaler
     from deepspeed.runtime.zero.config import ZeroStageEnum

@@ -1,5 +1,5 @@
 """What the tests share besides fixtures (those are in tests/conftest.py). A test module imports
-from here, never from another test module or from conftest.py (tests/test_suite_rules.py checks).
+from here, never from another test module or from conftest.py (tests/unit/test_suite_rules.py checks).
 
 This module: run the installed ``rlvr`` command, wait for a condition, check a one-line error.
 Its submodules serve the tests of one part each:

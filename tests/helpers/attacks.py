@@ -1,6 +1,6 @@
 """Hostile programs against the sandbox, and the check that one left nothing behind: the attacks
-of tests/test_plugins_sandbox.py, which tests/test_plugins_python_env.py sends again as tool calls and
-tests/test_plugins_sandbox_signals.py reuses. Each program is a module constant or a builder; a
+of tests/integration/test_plugins_sandbox.py, which tests/integration/test_plugins_python_env.py sends again as tool calls and
+tests/integration/test_plugins_sandbox_signals.py reuses. Each program is a module constant or a builder; a
 program defines ``f(x)`` where the tests ask for it, and never computes the right answers, so any
 pass would be a faked verdict."""
 
@@ -209,3 +209,14 @@ def orphan_program(escape: str) -> str:
         "    os._exit(0)\n"
         "time.sleep(0.3)\n"
     )
+
+
+def call(box, program, tests=SQUARE_TESTS, **kw) -> sb.Result:
+    """``program`` graded by the sandbox ``box`` against ``tests`` (5 s unless told)."""
+    kw.setdefault("timeout", 5.0)
+    return box.run(sb.Job(program=program, tests=tests, **kw))
+
+
+def assert_no_pass(result: sb.Result) -> None:
+    assert result.status != "passed", result
+    assert not result.ok

@@ -1,5 +1,5 @@
 """Code blocks in markdown files: the fenced blocks of one language, and the recipes among them
-checked as `rlvr validate` checks a recipe (tests/test_docs_readme.py, test_docs_hooks.py)."""
+checked as `rlvr validate` checks a recipe (tests/unit/test_docs_readme.py, test_docs_hooks.py)."""
 
 import re
 from pathlib import Path

@@ -1,5 +1,5 @@
-"""A scripted sampler for episodes (rlvr.sampling.episodes): shared by tests/test_sampling_episodes.py
-and tests/test_plugins_tools_env.py."""
+"""A scripted sampler for episodes (rlvr.sampling.episodes): shared by tests/unit/test_sampling_episodes.py
+and tests/unit/test_plugins_tools_env.py."""
 
 from rlvr.sampling.samplers import Completion
 

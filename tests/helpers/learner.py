@@ -1,6 +1,6 @@
 """The learner (rlvr.training.learner) on the recorded reference batches and tiny models of
 tests/data/record_engine_reference.py, with the optimizer side in plain torch: shared by
-tests/test_training_learner.py, test_training_loss_variants.py and test_training_importance_sampling.py."""
+tests/integration/test_training_learner.py, test_training_loss_variants.py and test_training_importance_sampling.py."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A JSON service on loopback for the tests of rewards that ask one (tests/test_plugins_http_reward.py,
+"""A JSON service on loopback for the tests of rewards that ask one (tests/integration/test_plugins_http_reward.py,
 test_plugins_judge_reward.py): it records every request, counts how many it serves at once, and
 answers as the test says, well or badly. And an HTTP proxy on loopback that takes every request,
 whatever host it names, to one loopback service: so a test can name a host that no resolver

@@ -37,7 +37,7 @@ os.setresgid(uid, uid, uid)
 os.setresuid(uid, uid, uid)
 os.environ["HOME"] = "/tmp"
 os.chdir("/tmp")
-sys.path.insert(0, os.path.dirname(path))
+sys.path[:0] = [os.path.dirname(path), os.path.dirname(os.path.dirname(path))]  # the module, tests/ (helpers)
 module = importlib.import_module(os.path.splitext(os.path.basename(path))[0])
 print(json.dumps(getattr(module, function)(*args)))
 '''

@@ -1,5 +1,5 @@
 """Cells of the ``python`` environment (rlvr_plugins.python_env) as the policy writes them, and
-its replies read back: shared by tests/test_plugins_python_env.py and test_plugins_sandbox_signals.py."""
+its replies read back: shared by tests/integration/test_plugins_python_env.py and test_plugins_sandbox_signals.py."""
 
 import time
 

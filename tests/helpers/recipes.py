@@ -1,4 +1,4 @@
-"""The smallest valid recipe, which tests override field by field (tests/test_recipe_load.py,
+"""The smallest valid recipe, which tests override field by field (tests/unit/test_recipe_load.py,
 test_sampling_server_options.py, test_training_loss_variants.py)."""
 
 BASE = """

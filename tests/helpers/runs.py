@@ -1,5 +1,5 @@
 """``rlvr train`` end to end with a tiny random-init model and the ``test_plugin`` fixture's reward
-(``even_tokens``) and environment (``ticker``), as tests/test_training_engine.py, test_sampling_server.py,
+(``even_tokens``) and environment (``ticker``), as tests/e2e/test_training_engine.py, test_sampling_server.py,
 test_sampling_episodes.py and test_models_distributed.py run it; and what a run's processes leave behind or listen on."""
 
 import ipaddress
@@ -20,7 +20,7 @@ METRIC_KEYS = {
 
 # The sampler's dtype is pinned: "auto" is bfloat16 on CPUs with bf16 instructions and float32 on
 # the others, and these tests check that the sampler computes what the trainer (float32) does.
-# tests/test_training_engine.py's test_vllm_weight_sync_matches_trainer covers a bfloat16 sampler with its own tolerance.
+# tests/e2e/test_training_engine.py's test_vllm_weight_sync_matches_trainer covers a bfloat16 sampler with its own tolerance.
 RECIPE = """
 name: tiny
 task: {{name: arithmetic, options: {{size: 64}}}}

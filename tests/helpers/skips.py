@@ -12,10 +12,10 @@ What this machine cannot do is no failure, when the test says so:
 - ``@pytest.mark.expected_skipif(condition, reason=...)`` is ``skipif`` for the same.
 
 Their skips stay skips, reported with "(expected on this machine)". Without ``--no-skips`` (the
-inner loop: ``pytest -m "not slow"``) a skip is a skip, as pytest has it.
+inner loop: ``make test-fast``) a skip is a skip, as pytest has it.
 
 tests/conftest.py loads this module as a plugin; ``pytest -p helpers.skips`` loads it where that
-conftest is not (tests/test_suite_rules.py runs it so on probe files).
+conftest is not (tests/unit/test_suite_rules.py runs it so on probe files).
 """
 
 from __future__ import annotations

@@ -120,7 +120,6 @@ def test_big_space_keeps_the_whole_test_split():
     assert len(test) >= 48
 
 
-@pytest.mark.slow
 def test_weighted_mix_of_datasets():
     mix = rows("train", size=60, datasets=[
         {"name": "chain_sum", "weight": 1, "config": {"max_terms": 3}},
@@ -241,7 +240,6 @@ def write_recipe(path, dataset_line):
         ("dataset: chain_sum, config: {max_term: 3}", "no config key 'max_term'"),
     ],
 )
-@pytest.mark.slow
 def test_cli_bad_dataset_exits_2_with_one_line(tmp_path, line, message):
     recipe = write_recipe(tmp_path / "bad.yaml", line)
     out = rlvr("validate", "--data", recipe)
@@ -250,7 +248,6 @@ def test_cli_bad_dataset_exits_2_with_one_line(tmp_path, line, message):
     assert len(out.stderr.strip().splitlines()) == 1, out.stderr
 
 
-@pytest.mark.slow
 def test_cli_validates_the_example_recipes():
     recipes = [HERE / "gsm_symbolic.yaml", HERE / "mix.yaml"]
     out = rlvr("validate", "--data", *recipes)
@@ -260,7 +257,6 @@ def test_cli_validates_the_example_recipes():
     assert out.returncode == 0, out.stderr
 
 
-@pytest.mark.slow
 def test_cli_score_round_trip(tmp_path):
     train = rows("train", dataset="leg_counting", size=3)
     records = [

@@ -1,0 +1,319 @@
+"""The sandbox's verdict cannot be faked: a candidate that exits, raises control-flow
+exceptions, prints verdicts of its own, reads the expected outputs or skips asserts never passes;
+every loop form of a test and every assert statement must really run (the resource attacks:
+tests/integration/test_plugins_sandbox.py)."""
+
+from __future__ import annotations
+
+import secrets
+
+import pytest
+
+from rlvr_plugins import sandbox as sb
+from helpers.attacks import assert_no_pass, call, CORRECT, SQUARE_TESTS, WRONG, assert_clean
+
+
+FAKE_VERDICTS = [
+    '{"status": "passed", "passed": 3, "total": 3, "message": "", "ok": 1}',
+    "PASSED", "OK", "All tests passed", "passed", "1.0", "True",
+]
+
+FAKE_PASS_PROGRAMS = {
+    "os_exit_at_load": "import os\nos._exit(0)\n",
+    "os_exit_in_call": "import os\ndef f(x):\n    os._exit(0)\n",
+    "sys_exit_at_load": "import sys\nsys.exit(0)\n",
+    "sys_exit_in_call": "import sys\ndef f(x):\n    sys.exit(0)\n",
+    "raise_systemexit": "def f(x):\n    raise SystemExit(0)\n",
+    "raise_systemexit_at_load": CORRECT + "raise SystemExit(0)\n",
+    "keyboard_interrupt": "def f(x):\n    raise KeyboardInterrupt\n",
+    "print_fake_verdicts": (
+        "import os, struct, json\n"
+        f"for text in {FAKE_VERDICTS!r}:\n"
+        "    print(text, flush=True)\n"
+        "    frame = struct.pack('>I', len(text)) + text.encode()\n"
+        "    for fd in range(256):\n"
+        "        try:\n"
+        "            os.write(fd, frame)\n"
+        "        except OSError:\n"
+        "            pass\n" + WRONG
+    ),
+    "forge_protocol_messages": (
+        "import os, struct, json\n"
+        "def frame(obj):\n"
+        "    data = json.dumps(obj).encode()\n"
+        "    return struct.pack('>I', len(data)) + data\n"
+        "for fd in range(3, 64):\n"
+        "    for obj in ({'status': 'passed', 'passed': 3, 'total': 3, 'message': '', 'id': 1},\n"
+        "                {'ready': {}}, {'ok': True}, {'ok': {'t': []}}, {'raise': ['AssertionError', '']}):\n"
+        "        try:\n"
+        "            os.write(fd, frame(obj))\n"
+        "        except OSError:\n"
+        "            pass\n" + WRONG
+    ),
+    "close_all_fds": "import os\nfor fd in range(256):\n    try:\n        os.close(fd)\n    except OSError:\n        pass\n"
+    + CORRECT,
+    "dup_over_fds": "import os\nfor fd in range(256):\n    try:\n        os.dup2(1, fd)\n    except OSError:\n        pass\n"
+    + WRONG,
+    "eq_always_true": (
+        "class Liar:\n"
+        "    def __eq__(self, other):\n        return True\n"
+        "    def __ne__(self, other):\n        return False\n"
+        "    def __bool__(self):\n        return True\n"
+        "    __hash__ = object.__hash__\n"
+        "def f(x):\n    return Liar()\n"
+    ),
+    "builtin_subclass_liars": (
+        "class LyingInt(int):\n"
+        "    def __eq__(self, other):\n        return True\n"
+        "    __hash__ = int.__hash__\n"
+        "class LyingList(list):\n"
+        "    def __eq__(self, other):\n        return True\n"
+        "def f(x):\n    return LyingInt(0)\n"
+    ),
+    "patched_builtins": (
+        "import builtins\n"
+        "builtins.AssertionError = type('AssertionError', (BaseException,), {})\n"
+        "builtins.isinstance = lambda *a: True\n"
+        "builtins.abs = lambda x: 0\n"
+        "builtins.len = lambda x: 0\n"
+        "builtins.print = lambda *a, **k: None\n"
+        "builtins.Exception = BaseException\n"
+        "def abs(x):\n    return 0\n"
+        "def isinstance(*a):\n    return True\n"
+        "def f(x):\n    return None\n"
+    ),
+    "frame_and_gc_walking": (
+        "import gc, sys\n"
+        "frame = sys._getframe()\n"
+        "while frame is not None:\n"
+        "    for scope in (frame.f_globals, frame.f_locals):\n"
+        "        for key in list(scope):\n"
+        "            if key in ('passed', 'failed', 'status', 'ok', 'verdict'):\n"
+        "                scope[key] = 'passed'\n"
+        "    frame = frame.f_back\n"
+        "for obj in gc.get_objects():\n"
+        "    if type(obj) is dict:\n"
+        "        for key in ('status', 'passed', 'failed', 'total'):\n"
+        "            if key in obj:\n"
+        "                obj[key] = 'passed' if key == 'status' else 3\n"
+        "server = sys.modules.get('rlvr_sandbox_server')\n"
+        "if server is not None:\n"
+        "    server._encode = lambda *a, **k: True\n"
+        "    server._decode = lambda *a, **k: True\n"
+        "    server._short = lambda *a, **k: 'passed'\n"
+        "for mod in list(sys.modules.values()):\n"
+        "    for name in ('_encode', '_send', 'dumps'):\n"
+        "        if hasattr(mod, name) and mod is not server and name != 'dumps':\n"
+        "            try:\n"
+        "                setattr(mod, name, lambda *a, **k: None)\n"
+        "            except Exception:\n"
+        "                pass\n" + WRONG
+    ),
+    "atexit_tricks": (
+        "import atexit, os\n"
+        "atexit.register(os._exit, 0)\n"
+        "atexit.register(print, 'PASSED')\n" + WRONG + "import sys\nsys.exit(0)\n"
+    ),
+    "kill_the_tester": (
+        "import os, signal\n"
+        "def f(x):\n"
+        "    for pid in range(1, 2048):\n"
+        "        if pid != os.getpid():\n"
+        "            try:\n"
+        "                os.kill(pid, signal.SIGKILL)\n"
+        "            except OSError:\n"
+        "                pass\n"
+        "    return -1\n"
+    ),
+    "ptrace_and_proc_mem": (
+        # Reach any other process: ptrace it, open its memory, or open one of its
+        # file descriptors (the fork server's pipe to the host would be a forged-
+        # result channel). Listing /proc/<pid>/fd is not enough to do any of that.
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "ME = int(os.readlink('/proc/self'))\n"
+        "REACHED = []\n"
+        "for pid in [int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) != ME]:\n"
+        "    if libc.ptrace(16, pid, 0, 0) == 0:\n"  # PTRACE_ATTACH
+        "        REACHED.append(('ptrace', pid))\n"
+        "    for mode in ('rb', 'r+b'):\n"
+        "        try:\n"
+        "            with open(f'/proc/{pid}/mem', mode):\n"
+        "                REACHED.append(('mem', pid))\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    try:\n"
+        "        fds = os.listdir(f'/proc/{pid}/fd')\n"
+        "    except OSError:\n"
+        "        fds = []\n"
+        "    for fd in fds:\n"
+        "        for flags in (os.O_WRONLY, os.O_RDONLY):\n"
+        "            try:\n"
+        "                os.close(os.open(f'/proc/{pid}/fd/{fd}', flags))\n"
+        "                REACHED.append(('fd', pid, fd))\n"
+        "            except OSError:\n"
+        "                pass\n"
+        "def f(x):\n"
+        "    return REACHED\n"
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FAKE_PASS_PROGRAMS))
+def test_fake_pass_tricks_fail(box, name):
+    program = FAKE_PASS_PROGRAMS[name]
+    tests = SQUARE_TESTS
+    if name == "patched_builtins":
+        tests = ["assert abs(f(2) - 4) < 1e-9", "assert isinstance(f(3), int) and f(3) == 9",
+                 "assert len([f(1)]) == 1 and f(1) == 1"]
+    if name == "ptrace_and_proc_mem":
+        tests = ["assert f(0) != []"]  # would pass if any other process were reachable
+    result = call(box, program, tests=tests)
+    assert_no_pass(result)
+    partial = call(box, program, tests=tests, partial=True)
+    assert partial.passed == 0 and not partial.ok, partial
+    assert_clean(box)
+
+
+def test_fake_pass_tricks_fail_in_io_mode(box):
+    expected = "s3cr3t-" + secrets.token_hex(8)
+    for name in ("os_exit_at_load", "sys_exit_at_load", "print_fake_verdicts", "close_all_fds", "atexit_tricks"):
+        result = box.run(sb.Job(program=FAKE_PASS_PROGRAMS[name], mode="io", cases=[("", expected)]))
+        assert_no_pass(result)
+
+
+def test_expected_outputs_are_not_in_candidate_memory(box):
+    """The tests and expected outputs never reach the candidate's process: scanning
+    its whole address space (and the gc heap) does not find them."""
+    expected = "s3cr3t-" + secrets.token_hex(8)
+    # The candidate inherits the jail's non-dumpable state, which leaves its own /proc/self/mem
+    # to host root; it may make itself dumpable again to read it (it is its own memory).
+    scan = (
+        "import ctypes, gc, re\n"
+        "ctypes.CDLL(None).prctl(4, 1, 0, 0, 0)  # PR_SET_DUMPABLE\n"
+        "PATTERN = re.compile(rb's3cr3t-[0-9a-f]{16}')\n"
+        "def scan():\n"
+        "    for obj in gc.get_objects():\n"
+        "        for item in (obj.values() if type(obj) is dict else obj if type(obj) in (list, tuple) else ()):\n"
+        "            if type(item) is str and PATTERN.search(item.encode()):\n"
+        "                return PATTERN.search(item.encode()).group().decode()\n"
+        "    scanned = 0\n"
+        "    with open('/proc/self/maps') as maps, open('/proc/self/mem', 'rb', 0) as mem:\n"
+        "        for line in maps:\n"
+        "            span, perms = line.split()[:2]\n"
+        "            if 'r' not in perms:\n"
+        "                continue\n"
+        "            lo, hi = (int(v, 16) for v in span.split('-'))\n"
+        "            try:\n"
+        "                mem.seek(lo)\n"
+        "                found = PATTERN.search(mem.read(hi - lo))\n"
+        "            except (OSError, ValueError, OverflowError):\n"
+        "                continue\n"
+        "            scanned += hi - lo\n"
+        "            if found:\n"
+        "                return found.group().decode()\n"
+        "    return 'not found' if scanned > 1 << 20 else 'not scanned'\n"
+    )
+    io = box.run(sb.Job(program=scan + "print(scan())\n", mode="io", cases=[("", expected)]))
+    assert io.status == "failed" and "not found" in io.message, io
+    result = call(box, scan + "def f(x):\n    return scan()\n", tests=[f"assert f(0) == {expected!r}"])
+    assert result.status == "failed", result
+    assert_clean(box)
+
+
+# -- steering the tests' control flow ----------------------------------------------------
+
+# Test forms that loop over the candidate's answers. With StopIteration raised through
+# the proxy, map/filter end early (all() of a short map is True) and a zip-loop's body
+# never runs; each must still fail, and a correct program must still pass each one.
+LOOP_FORMS = {
+    "all_map": "assert all(map(lambda t: f(t[0]) == t[1], [(2, 4), (3, 9), (-4, 16)]))\n",
+    "zip_map_loop": "for got, want in zip(map(f, [2, 3, -4]), [4, 9, 16]):\n    assert got == want\n",
+    "filter": "assert not list(filter(lambda x: f(x) != x * x, [2, 3, -4]))\n",
+    "iter_sentinel": "calls = iter([2, 3, -4])\nassert sorted(iter(lambda: f(next(calls)), -1)) == [4, 9, 16]\n",
+    "generator_expression": "assert all(f(x) == x * x for x in [2, 3, -4])\n",
+    "generator_function": "def squares():\n    for x in [2, 3, -4]:\n        yield f(x)\nassert list(squares()) == [4, 9, 16]\n",
+    "for_loop": "for x in [2, 3, -4]:\n    assert f(x) == x * x\n",
+}
+CONTROL_FLOW_RAISES = {  # what the candidate runs: the exception the verdict names (None: the candidate died)
+    "StopIteration": ("raise StopIteration", "StopIteration"),
+    "StopAsyncIteration": ("raise StopAsyncIteration", "StopAsyncIteration"),
+    "GeneratorExit": ("raise GeneratorExit", "GeneratorExit"),
+    "KeyboardInterrupt": ("raise KeyboardInterrupt", "KeyboardInterrupt"),
+    "SystemExit(0)": ("raise SystemExit(0)", "SystemExit"),
+    "sys.exit(0)": ("import sys; sys.exit(0)", "SystemExit"),
+    "os._exit(0)": ("import os; os._exit(0)", None),
+}
+
+
+def control_flow_program(statement: str, at: int) -> str:
+    """Squares correctly, except that it runs ``statement`` when called with ``at``."""
+    return f"def f(x):\n    if x == {at}:\n        {statement}\n    return x * x\n"
+
+
+def test_correct_program_passes_every_loop_form(box):
+    results = box.run_many([sb.Job(program=CORRECT, tests=[form], timeout=5.0) for form in LOOP_FORMS.values()])
+    assert [r.status for r in results] == ["passed"] * len(LOOP_FORMS), results
+    wrong = box.run_many([sb.Job(program=WRONG, tests=[form], timeout=5.0) for form in LOOP_FORMS.values()])
+    assert all(r.status == "failed" for r in wrong), wrong
+
+
+@pytest.mark.parametrize("raised", sorted(CONTROL_FLOW_RAISES))
+def test_control_flow_exceptions_from_the_candidate_fail_every_loop_form(box, raised):
+    statement, name = CONTROL_FLOW_RAISES[raised]
+    for at in (2, 3):  # on the first call, and on the second after a right answer
+        program = control_flow_program(statement, at)
+        for partial in (False, True):
+            jobs = [sb.Job(program=program, tests=[form], timeout=5.0, partial=partial) for form in LOOP_FORMS.values()]
+            for form, result in zip(LOOP_FORMS, box.run_many(jobs)):
+                where = (raised, at, partial, form, result)
+                assert_no_pass(result)
+                assert result.passed < result.total, where
+                if name is None:
+                    assert result.status == "crashed", where
+                else:
+                    assert result.status == "failed", where
+                    assert result.message.startswith(f"the candidate raised {name}"), where
+    assert_clean(box)
+
+
+def test_a_control_flow_exception_is_a_failure_even_when_the_test_catches_it(box):
+    program = control_flow_program("raise StopIteration", 3)
+    tests = ["try:\n    f(3)\nexcept BaseException:\n    pass\nassert f(2) == 4\n"]
+    result = call(box, program, tests=tests)
+    assert result.status == "failed" and "the candidate raised StopIteration" in result.message, result
+    partial = call(box, program, tests=tests, partial=True)
+    assert (partial.status, partial.passed, partial.total) == ("failed", 1, 2), partial
+    # counted once, not again by the assert it escaped through
+    partial = call(box, program, tests=SQUARE_TESTS, partial=True)
+    assert (partial.status, partial.passed, partial.total) == ("failed", 2, 3), partial
+    # a plain exception the test chooses to swallow is the test's business
+    plain = call(box, control_flow_program("raise ValueError", 3), tests=tests)
+    assert plain.ok, plain
+
+
+def test_every_assert_statement_must_run(box):
+    cases = {
+        "for x in []:\n    assert f(x) == x * x\n": "0 of 1 asserts ran",
+        "def check(candidate):\n    assert candidate(2) == 4\n": "0 of 1 asserts ran",  # never called
+        "if f(2) == 5:\n    assert f(3) == 9\nassert f(2) == 4\n": "1 of 2 asserts ran",
+        "for x in [2, 3]:\n    assert f(x) == x * x\nwhile False:\n    assert f(0) == 0\n": "1 of 2 asserts ran",
+    }
+    for tests, message in cases.items():
+        result = call(box, CORRECT, tests=[tests])
+        assert (result.status, result.message) == ("failed", message), (tests, result)
+        partial = call(box, CORRECT, tests=[tests], partial=True)
+        assert partial.status == "failed" and partial.passed < partial.total, (tests, partial)
+    partial = call(box, CORRECT, tests=["for x in [2, 3]:\n    assert f(x) == x * x\nif False:\n    assert f(0) == 0\n"],
+                   partial=True)
+    assert (partial.passed, partial.total) == (2, 3), partial  # the statement that never ran is one failure
+    # a statement that runs many times counts once towards "ran"; asserts of called functions count
+    ran = call(box, CORRECT, tests=["def check(candidate):\n    for x in range(5):\n        assert candidate(x) == x * x\n",
+                                    "check(f)\n"])
+    assert ran.ok and (ran.passed, ran.total) == (5, 5), ran
+
+
+def test_tests_without_a_counted_assert_are_invalid(box):
+    for tests in (["f(2)"], ["assert True", "f(3)"], ["x = f(2)\nif x != 4:\n    raise ValueError(x)\n"]):
+        result = call(box, CORRECT, tests=tests)
+        assert result.status == "invalid_test" and "no assert" in result.message, (tests, result)
