@@ -220,3 +220,150 @@ def call(box, program, tests=SQUARE_TESTS, **kw) -> sb.Result:
 def assert_no_pass(result: sb.Result) -> None:
     assert result.status != "passed", result
     assert not result.ok
+
+
+# Programs that try to fake a passing verdict (the verdict the sandbox reports is never theirs).
+FAKE_VERDICTS = [
+    '{"status": "passed", "passed": 3, "total": 3, "message": "", "ok": 1}',
+    "PASSED", "OK", "All tests passed", "passed", "1.0", "True",
+]
+
+FAKE_PASS_PROGRAMS = {
+    "os_exit_at_load": "import os\nos._exit(0)\n",
+    "os_exit_in_call": "import os\ndef f(x):\n    os._exit(0)\n",
+    "sys_exit_at_load": "import sys\nsys.exit(0)\n",
+    "sys_exit_in_call": "import sys\ndef f(x):\n    sys.exit(0)\n",
+    "raise_systemexit": "def f(x):\n    raise SystemExit(0)\n",
+    "raise_systemexit_at_load": CORRECT + "raise SystemExit(0)\n",
+    "keyboard_interrupt": "def f(x):\n    raise KeyboardInterrupt\n",
+    "print_fake_verdicts": (
+        "import os, struct, json\n"
+        f"for text in {FAKE_VERDICTS!r}:\n"
+        "    print(text, flush=True)\n"
+        "    frame = struct.pack('>I', len(text)) + text.encode()\n"
+        "    for fd in range(256):\n"
+        "        try:\n"
+        "            os.write(fd, frame)\n"
+        "        except OSError:\n"
+        "            pass\n" + WRONG
+    ),
+    "forge_protocol_messages": (
+        "import os, struct, json\n"
+        "def frame(obj):\n"
+        "    data = json.dumps(obj).encode()\n"
+        "    return struct.pack('>I', len(data)) + data\n"
+        "for fd in range(3, 64):\n"
+        "    for obj in ({'status': 'passed', 'passed': 3, 'total': 3, 'message': '', 'id': 1},\n"
+        "                {'ready': {}}, {'ok': True}, {'ok': {'t': []}}, {'raise': ['AssertionError', '']}):\n"
+        "        try:\n"
+        "            os.write(fd, frame(obj))\n"
+        "        except OSError:\n"
+        "            pass\n" + WRONG
+    ),
+    "close_all_fds": "import os\nfor fd in range(256):\n    try:\n        os.close(fd)\n    except OSError:\n        pass\n"
+    + CORRECT,
+    "dup_over_fds": "import os\nfor fd in range(256):\n    try:\n        os.dup2(1, fd)\n    except OSError:\n        pass\n"
+    + WRONG,
+    "eq_always_true": (
+        "class Liar:\n"
+        "    def __eq__(self, other):\n        return True\n"
+        "    def __ne__(self, other):\n        return False\n"
+        "    def __bool__(self):\n        return True\n"
+        "    __hash__ = object.__hash__\n"
+        "def f(x):\n    return Liar()\n"
+    ),
+    "builtin_subclass_liars": (
+        "class LyingInt(int):\n"
+        "    def __eq__(self, other):\n        return True\n"
+        "    __hash__ = int.__hash__\n"
+        "class LyingList(list):\n"
+        "    def __eq__(self, other):\n        return True\n"
+        "def f(x):\n    return LyingInt(0)\n"
+    ),
+    "patched_builtins": (
+        "import builtins\n"
+        "builtins.AssertionError = type('AssertionError', (BaseException,), {})\n"
+        "builtins.isinstance = lambda *a: True\n"
+        "builtins.abs = lambda x: 0\n"
+        "builtins.len = lambda x: 0\n"
+        "builtins.print = lambda *a, **k: None\n"
+        "builtins.Exception = BaseException\n"
+        "def abs(x):\n    return 0\n"
+        "def isinstance(*a):\n    return True\n"
+        "def f(x):\n    return None\n"
+    ),
+    "frame_and_gc_walking": (
+        "import gc, sys\n"
+        "frame = sys._getframe()\n"
+        "while frame is not None:\n"
+        "    for scope in (frame.f_globals, frame.f_locals):\n"
+        "        for key in list(scope):\n"
+        "            if key in ('passed', 'failed', 'status', 'ok', 'verdict'):\n"
+        "                scope[key] = 'passed'\n"
+        "    frame = frame.f_back\n"
+        "for obj in gc.get_objects():\n"
+        "    if type(obj) is dict:\n"
+        "        for key in ('status', 'passed', 'failed', 'total'):\n"
+        "            if key in obj:\n"
+        "                obj[key] = 'passed' if key == 'status' else 3\n"
+        "server = sys.modules.get('rlvr_sandbox_server')\n"
+        "if server is not None:\n"
+        "    server._encode = lambda *a, **k: True\n"
+        "    server._decode = lambda *a, **k: True\n"
+        "    server._short = lambda *a, **k: 'passed'\n"
+        "for mod in list(sys.modules.values()):\n"
+        "    for name in ('_encode', '_send', 'dumps'):\n"
+        "        if hasattr(mod, name) and mod is not server and name != 'dumps':\n"
+        "            try:\n"
+        "                setattr(mod, name, lambda *a, **k: None)\n"
+        "            except Exception:\n"
+        "                pass\n" + WRONG
+    ),
+    "atexit_tricks": (
+        "import atexit, os\n"
+        "atexit.register(os._exit, 0)\n"
+        "atexit.register(print, 'PASSED')\n" + WRONG + "import sys\nsys.exit(0)\n"
+    ),
+    "kill_the_tester": (
+        "import os, signal\n"
+        "def f(x):\n"
+        "    for pid in range(1, 2048):\n"
+        "        if pid != os.getpid():\n"
+        "            try:\n"
+        "                os.kill(pid, signal.SIGKILL)\n"
+        "            except OSError:\n"
+        "                pass\n"
+        "    return -1\n"
+    ),
+    "ptrace_and_proc_mem": (
+        # Reach any other process: ptrace it, open its memory, or open one of its
+        # file descriptors (the fork server's pipe to the host would be a forged-
+        # result channel). Listing /proc/<pid>/fd is not enough to do any of that.
+        "import ctypes, os\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "ME = int(os.readlink('/proc/self'))\n"
+        "REACHED = []\n"
+        "for pid in [int(p) for p in os.listdir('/proc') if p.isdigit() and int(p) != ME]:\n"
+        "    if libc.ptrace(16, pid, 0, 0) == 0:\n"  # PTRACE_ATTACH
+        "        REACHED.append(('ptrace', pid))\n"
+        "    for mode in ('rb', 'r+b'):\n"
+        "        try:\n"
+        "            with open(f'/proc/{pid}/mem', mode):\n"
+        "                REACHED.append(('mem', pid))\n"
+        "        except OSError:\n"
+        "            pass\n"
+        "    try:\n"
+        "        fds = os.listdir(f'/proc/{pid}/fd')\n"
+        "    except OSError:\n"
+        "        fds = []\n"
+        "    for fd in fds:\n"
+        "        for flags in (os.O_WRONLY, os.O_RDONLY):\n"
+        "            try:\n"
+        "                os.close(os.open(f'/proc/{pid}/fd/{fd}', flags))\n"
+        "                REACHED.append(('fd', pid, fd))\n"
+        "            except OSError:\n"
+        "                pass\n"
+        "def f(x):\n"
+        "    return REACHED\n"
+    ),
+}

@@ -194,21 +194,15 @@ class Rings:
             self.guard.watch_classes()
             self.guard.active = item.nodeid
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_setup(self, item):
+    def _watched(self, item):
+        """Around a test's setup and its call: the guard watches a unit test."""
         self._watch(item)
         try:
             return (yield)
         finally:
             self.guard.active = None
 
-    @pytest.hookimpl(wrapper=True)
-    def pytest_runtest_call(self, item):
-        self._watch(item)
-        try:
-            return (yield)
-        finally:
-            self.guard.active = None
+    pytest_runtest_setup = pytest_runtest_call = pytest.hookimpl(wrapper=True)(_watched)
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_makereport(self, item, call):
