@@ -5,10 +5,36 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import NoReturn
 
 import click
 
 from rlvr import RlvrError, __version__
+
+
+def leave(code) -> NoReturn:
+    """Exit with ``code`` as :func:`sys.exit` would, without the interpreter's teardown: after a
+    run that teardown collects and frees every object torch, transformers and vLLM made, which
+    took 2.5 s after an HF run and 6 s after a vLLM one here, and changes nothing a user has.
+    What a normal exit does first still happens: non-daemon threads are waited for (and
+    concurrent.futures' pools shut down), then the atexit handlers run (logging closes its files,
+    multiprocessing and rlvr's worker pools stop their children, the sampler's server stops)."""
+    import atexit
+    import threading
+
+    threading._shutdown()  # what the interpreter calls first on exit  # noqa: SLF001
+    atexit._run_exitfuncs()  # noqa: SLF001
+    if code is None or isinstance(code, int):
+        status = code or 0
+    else:  # sys.exit("message"): the message, status 1
+        print(code, file=sys.stderr)
+        status = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more can reach it
+            pass
+    os._exit(status)
 
 
 class Int(click.IntRange):

@@ -13,7 +13,7 @@ import click
 
 from rlvr import RlvrError
 from rlvr.cli import doctor, runs  # noqa: F401 - registers doctor; train, eval, pool, sampler, plot, samples
-from rlvr.cli.common import Int, allow_module_option, cli, cli_registry, load_resolved, recipe_options, secret_option
+from rlvr.cli.common import Int, allow_module_option, cli, cli_registry, leave, load_resolved, recipe_options, secret_option
 
 
 def _cpus() -> int:
@@ -369,7 +369,12 @@ def pull(name):
 
 
 def main():
-    cli()
+    """The ``rlvr`` command. It leaves as soon as it is done (:func:`rlvr.cli.common.leave`)."""
+    try:
+        cli()
+    except SystemExit as exc:
+        leave(exc.code)
+    leave(0)
 
 
 if __name__ == "__main__":

@@ -70,6 +70,8 @@ def test_a_one_process_run_in_server_mode_listens_only_on_loopback(tmp_path, tin
     seen = train_watched(command, out, env, tmp_path)
     listeners = {pid for pid, sockets in seen.items() if sockets}
     assert len(listeners) >= 3, seen  # trainer, sampler API server, vLLM's worker: each seen listening
+    # the sampler the run started wrote its log in the run's folder, and was stopped at the run's end
+    assert (out / "sampler-0.log").exists() and sampler_pids(out) == []
 
 
 def test_two_ranks_on_one_host_listen_only_on_loopback(tmp_path, tiny_model, test_plugin):

@@ -186,19 +186,21 @@ def test_a_sampler_started_by_hand_serves_a_run_named_in_urls(tmp_path, tiny_mod
 
 def test_server_mode_matches_colocated_when_synchronous(tmp_path, tiny_model, test_plugin, hand_started):
     """max_staleness 0: the same seed draws the same samples in both modes, so the same losses,
-    gradient norms and rewards (the sampler is the same vLLM engine, only in another process)."""
+    gradient norms and rewards (the sampler is the same vLLM engine, only in another process: the
+    hand-started one, whose weights the run replaces before its first step; each request carries
+    its own seed). A sampler the run starts and stops itself: test_two_ranks_share_one_sampler and
+    tests/e2e/test_models_distributed.py."""
+    _, urls = hand_started
     recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm")
-    env["RLVR_TEST_RUN"] = str(tmp_path / "server")
+    env[SECRET_ENV] = HAND_SECRET
     both = {}
-    for mode in ("colocate", "server"):
+    for mode, sets in (("colocate", ["sampling.mode=colocate"]), ("server", ["sampling.mode=server", urls])):
         out = tmp_path / mode
-        train_two_steps(recipe, out, env, f"sampling.mode={mode}", "algorithm.ppo_epochs=1")
+        train_two_steps(recipe, out, env, *sets, "algorithm.ppo_epochs=1")
         both[mode] = rows(out)
     # the sampler held the trainer's weights and dtype after every sync: weights 1, mismatch ~0
     assert_sampler_holds_trainer_weights(both["server"])
     assert all(r["time_sync"] > 0 for r in both["server"])
-    assert (tmp_path / "server" / "sampler-0.log").exists()
-    assert sampler_pids(tmp_path / "server") == []  # stopped at the end of the run
     keys = ("reward_mean", "completion_len_mean", "grad_norm", "loss", "kl", "entropy")
     for a, b in zip(both["colocate"], both["server"]):
         for key in keys:

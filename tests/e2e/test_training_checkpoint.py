@@ -15,7 +15,8 @@ import torch
 
 # One DeepSpeed engine on one gloo rank, ZeRO-2 so that optimizer states are files of their own
 # (the ones holding DeepSpeed's classes). `save DIR` trains a step and checkpoints it;
-# `resume DIR` builds the same engine and resumes, printing the outcome.
+# `resume DIR...` builds the same engine and resumes from each folder in turn, printing the outcome
+# (one process for every case below: each start costs seconds of imports and DeepSpeed's setup).
 SCRIPT = textwrap.dedent('''
     import json, os, random, sys
     from pathlib import Path
@@ -58,14 +59,16 @@ SCRIPT = textwrap.dedent('''
                      for name in torch.serialization.get_unsafe_globals_in_checkpoint(f)}
             print("GLOBALS", json.dumps({"found": sorted(found), "allowed": sorted(allowed)}))
             print("EXPECT", random.random(), torch.rand(1).item())
-        else:
-            try:
-                state, position = load_checkpoint(engine, ckpt_dir, rank=0)
-            except RlvrError as exc:
-                print("REFUSED", exc)
-                sys.exit(2)
-            print("RESUMED", state.step, position, random.random(), torch.rand(1).item())
-            print("POOL", json.dumps(state.pool))
+        else:  # each checkpoints folder in turn, named by its parent folder (a refusal loads nothing)
+            for ckpt_dir in map(Path, sys.argv[2:]):
+                case = ckpt_dir.parent.name
+                try:
+                    state, position = load_checkpoint(engine, ckpt_dir, rank=0)
+                except RlvrError as exc:
+                    print(case, "REFUSED", exc)
+                    continue
+                print(case, "RESUMED", state.step, position, random.random(), torch.rand(1).item())
+                print(case, "POOL", json.dumps(state.pool))
 ''')
 
 
@@ -110,6 +113,46 @@ def copy_of(saved, tmp_path) -> pathlib.Path:
     return ckpt_dir
 
 
+def tamper(victim: str):
+    def apply(ckpt_dir: pathlib.Path) -> None:
+        assert (ckpt_dir / "step1" / victim).exists()
+        malicious_pickle(ckpt_dir / "step1" / victim, ckpt_dir.parent / "pwned")
+    return apply
+
+
+def pickled_rank_file(pickled: str):
+    def apply(ckpt_dir: pathlib.Path) -> None:
+        (ckpt_dir / "step1" / "rlvr_rank0.json").unlink()
+        malicious_pickle(ckpt_dir / "step1" / pickled, ckpt_dir.parent / "pwned")
+    return apply
+
+
+def latest_elsewhere(ckpt_dir: pathlib.Path) -> None:
+    (ckpt_dir / "latest").write_text("../../elsewhere")
+
+
+VICTIMS = ["mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt"]
+PICKLED = [("rng_rank0.pt", "older rlvr format"),  # a rank file of the old format, the JSON gone
+           ("rlvr_rank0.json", "is not a valid rank state")]  # a pickle in place of the JSON
+# Each case: a copy of the saved checkpoint, changed so. The untouched copy resumes last: the
+# refusals before it must have loaded nothing.
+CASES = {**{victim: tamper(victim) for victim in VICTIMS}, **{p: pickled_rank_file(p) for p, _ in PICKLED},
+         "latest-elsewhere": latest_elsewhere, "untouched": lambda ckpt_dir: None}
+
+
+@pytest.fixture(scope="module")
+def resumed(saved, tmp_path_factory):
+    """Each case's folder and what resuming from it printed (one process for all of them)."""
+    root = tmp_path_factory.mktemp("resumes")
+    folders = {}
+    for case, change in CASES.items():
+        folders[case] = copy_of(saved, root / case)
+        change(folders[case])
+    done = run_script(root, "resume", *folders.values())
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {case: folder.parent for case, folder in folders.items()}, done
+
+
 def test_the_allow_list_is_exactly_what_deepspeed_writes(saved):
     """Every global of a real checkpoint is allowed, and every allowed one is really needed."""
     _, globs, *_ = saved
@@ -118,24 +161,19 @@ def test_the_allow_list_is_exactly_what_deepspeed_writes(saved):
     assert set(globs["allowed"]) - set(globs["found"]) <= {"deepspeed.runtime.fp16.loss_scaler.DynamicLossScaler"}  # fp16 only
 
 
-def test_resume_restores_rng_and_position(saved, tmp_path):
-    done = run_script(tmp_path, "resume", copy_of(saved, tmp_path))
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert line(done, "RESUMED") == f"1 5 {saved[2]}"
-    assert json.loads(line(done, "POOL")) == saved[3] and saved[3]["retired"]  # the prompt pool's state, too
-    assert not list((tmp_path / "checkpoints" / "step1").glob("*.part"))
+def test_resume_restores_rng_and_position(saved, resumed):
+    folders, done = resumed
+    assert line(done, "untouched RESUMED") == f"1 5 {saved[2]}"
+    assert json.loads(line(done, "untouched POOL")) == saved[3] and saved[3]["retired"]  # the prompt pool's state, too
+    assert not list((folders["untouched"] / "checkpoints" / "step1").glob("*.part"))
 
 
-@pytest.mark.parametrize("victim", ["mp_rank_00_model_states.pt", "zero_pp_rank_0_mp_rank_00_optim_states.pt"])
-def test_a_tampered_deepspeed_file_is_refused_unrun(saved, tmp_path, victim):
-    ckpt_dir = copy_of(saved, tmp_path)
-    marker = tmp_path / "pwned"
-    assert (ckpt_dir / "step1" / victim).exists()
-    malicious_pickle(ckpt_dir / "step1" / victim, marker)
-    done = run_script(tmp_path, "resume", ckpt_dir)
-    assert done.returncode == 2, done.stderr[-3000:]
-    assert victim in line(done, "REFUSED") and "holds more than tensors and plain data" in done.stdout
-    assert not marker.exists()
+@pytest.mark.parametrize("victim", VICTIMS)
+def test_a_tampered_deepspeed_file_is_refused_unrun(resumed, victim):
+    folders, done = resumed
+    refusal = line(done, f"{victim} REFUSED")
+    assert victim in refusal and "holds more than tensors and plain data" in refusal
+    assert not (folders[victim] / "pwned").exists()
 
 
 def test_the_payload_is_live(tmp_path):
@@ -146,22 +184,13 @@ def test_the_payload_is_live(tmp_path):
     assert marker.exists()
 
 
-@pytest.mark.parametrize("pickled, message", [
-    ("rng_rank0.pt", "older rlvr format"),  # a rank file of the old format, the JSON gone
-    ("rlvr_rank0.json", "is not a valid rank state"),  # a pickle in place of the JSON
-], ids=["old-format", "in-place-of-json"])
-def test_a_pickled_rank_file_is_refused_unrun(saved, tmp_path, pickled, message):
-    ckpt_dir = copy_of(saved, tmp_path)
-    marker = tmp_path / "pwned"
-    (ckpt_dir / "step1" / "rlvr_rank0.json").unlink()
-    malicious_pickle(ckpt_dir / "step1" / pickled, marker)
-    done = run_script(tmp_path, "resume", ckpt_dir)
-    assert done.returncode == 2 and message in line(done, "REFUSED")
-    assert not marker.exists()
+@pytest.mark.parametrize("pickled, message", PICKLED, ids=["old-format", "in-place-of-json"])
+def test_a_pickled_rank_file_is_refused_unrun(resumed, pickled, message):
+    folders, done = resumed
+    assert message in line(done, f"{pickled} REFUSED")
+    assert not (folders[pickled] / "pwned").exists()
 
 
-def test_latest_must_name_a_checkpoint_of_the_run(saved, tmp_path):
-    ckpt_dir = copy_of(saved, tmp_path)
-    (ckpt_dir / "latest").write_text("../../elsewhere")
-    done = run_script(tmp_path, "resume", ckpt_dir)
-    assert done.returncode == 2 and "not a checkpoint folder of this run" in line(done, "REFUSED")
+def test_latest_must_name_a_checkpoint_of_the_run(resumed):
+    _, done = resumed
+    assert "not a checkpoint folder of this run" in line(done, "latest-elsewhere REFUSED")

@@ -54,3 +54,33 @@ def test_score_output_through_a_link_to_stdout_streams(plugged, tmp_path):
     assert [json.loads(x)["reward"] for x in out.stdout.splitlines()] == [1.0, 1.0]
     assert link.is_symlink() and os.readlink(link) == "/proc/self/fd/1"
     assert listing(tmp_path) == ["in.jsonl", "stdout"]
+
+
+LEAVER = """
+import atexit, sys, threading, time
+from pathlib import Path
+from rlvr.cli.common import leave
+
+out = Path(sys.argv[1])
+atexit.register(lambda: (out / "atexit").write_text("ran"))
+def late():
+    time.sleep(0.5)
+    (out / "thread").write_text("finished")
+threading.Thread(target=late).start()  # not a daemon: an exit waits for it
+sys.stdout.write("buffered, not yet flushed")
+code = {"3": 3, "none": None, "message": "rlvr: gone"}[sys.argv[2]]
+leave(code)
+"""
+
+
+@pytest.mark.parametrize("code, status", [("3", 3), ("none", 0), ("message", 1)])
+def test_leave_exits_as_sys_exit_would_after_threads_and_atexit(tmp_path, code, status):
+    """rlvr.cli.common.leave, which ends every `rlvr` command without the interpreter's
+    teardown: the status sys.exit would give, non-daemon threads finished, atexit handlers run,
+    standard output flushed."""
+    done = subprocess.run([sys.executable, "-c", LEAVER, str(tmp_path), code], capture_output=True, text=True,
+                          timeout=60)
+    assert done.returncode == status, done.stderr
+    assert (tmp_path / "atexit").read_text() == "ran" and (tmp_path / "thread").read_text() == "finished"
+    assert done.stdout == "buffered, not yet flushed"
+    assert done.stderr == ("rlvr: gone\n" if code == "message" else "")
