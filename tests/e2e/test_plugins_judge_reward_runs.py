@@ -32,6 +32,12 @@ def test_a_judge_on_a_real_rlvr_sampler(tmp_path, tiny_model, test_plugin):
     from rlvr.sampling.auth import SECRET_ENV, auth_headers
 
     recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm")
+    # The sampler sizes its context for the recipe's prompts and answers (43 tokens); a judge's
+    # request is the rubric and the completion between two random fences, whose hex digits take
+    # a varying number of tokens: at 12 answer tokens the context was sometimes used up.
+    text = recipe.read_text()
+    assert "max_tokens: 12," in text
+    recipe.write_text(text.replace("max_tokens: 12,", "max_tokens: 128,"))
     port, log = free_port(), tmp_path / "sampler.log"
     sampler = subprocess.Popen([RLVR, "sampler", recipe, "--port", str(port), "--log-file", log],
                                env={**env, SECRET_ENV: KEY}, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
