@@ -22,14 +22,24 @@ class Handler(BaseHTTPRequestHandler):
             number = len(service.requests)
             service.active += 1
             service.peak = max(service.peak, service.active)
+        self.counted = True
         try:
             service.answer(self, body, number)
         finally:
-            with service.lock:
-                service.active -= 1
+            self.served()
+
+    def served(self):
+        """This request no longer counts among those served at once. ``reply`` says so before its
+        first byte goes out: a client that sends its next request as soon as it has an answer was
+        otherwise counted twice when this thread had not yet come back from writing."""
+        if self.counted:
+            self.counted = False
+            with self.server.lock:
+                self.server.active -= 1
 
     def reply(self, status=200, body=None, raw=None, headers=None, length=True):
         """Answer ``body`` as JSON (or the bytes ``raw``), with a Content-Length unless ``length`` is false."""
+        self.served()
         payload = raw if raw is not None else json.dumps(body).encode()
         self.send_response(status)
         if length:
