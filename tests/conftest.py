@@ -6,6 +6,8 @@ and the rule that a test module leaves torch's process-wide settings as it found
 
 import json
 import os
+import shutil
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -216,3 +218,37 @@ def chat_tok(request, smollm_path):
         tok.chat_template = (ROOT / "tests" / "data" / "qwen2.5_chat_template.jinja").read_text()
     tok.template_name = request.param
     return tok
+
+
+# the tools_env parts (tests/{unit,integration,e2e}/test_plugins_tools_env*.py): hostile tools in a module of their own
+@pytest.fixture(scope="module")
+def tools_module(tmp_path_factory):
+    from helpers.plugins_tools_env import tools_source_as
+
+    with tools_source_as(tmp_path_factory.mktemp("tools-module"), "hostile_tools") as module:
+        yield module
+
+
+@pytest.fixture(scope="module")
+def tools(tools_module):
+    from rlvr_plugins.tool_functions import calculator
+
+    from rlvr.kit.tools import tool_from_function
+
+    names = ("lookup", "nap", "spin", "odd", "nan", "big", "chatty", "leave", "hog", "read")
+    return [tool_from_function(getattr(tools_module, n)) for n in names] + [tool_from_function(calculator)]
+
+
+# a folder others share (tests/integration/test_kit_files_live.py, tests/e2e/test_kit_files_runs.py)
+@pytest.fixture
+def scene():
+    """A world-readable base (pytest's tmp_path is root's 0700) holding a sticky 1777 ``shared``
+    folder and ``input.jsonl``; removed afterwards."""
+    base = Path(tempfile.mkdtemp(prefix="rlvr-links-"))
+    base.chmod(0o755)
+    (base / "shared").mkdir()
+    (base / "shared").chmod(0o1777)
+    (base / "input.jsonl").write_text(json.dumps({"completion": "<think>a</think> \\boxed{1}"}) + "\n")
+    (base / "input.jsonl").chmod(0o644)
+    yield base
+    shutil.rmtree(base)

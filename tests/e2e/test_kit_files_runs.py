@@ -2,10 +2,8 @@
 that run `rlvr` or other processes end to end (the e2e ring; the others:
 tests/integration/test_kit_files_live.py, tests/unit/test_kit_files.py)."""
 
-import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,20 +18,6 @@ NOBODY, OTHER = 65534, 65533  # the planter, and a second unprivileged user
 
 needs_root = pytest.mark.expected_skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
                                          reason="planting a link as another user needs root (and setpriv)")
-
-
-@pytest.fixture
-def scene():
-    """A world-readable base (pytest's tmp_path is root's 0700) holding a sticky 1777 ``shared``
-    folder and ``input.jsonl``; removed afterwards."""
-    base = Path(tempfile.mkdtemp(prefix="rlvr-links-"))
-    base.chmod(0o755)
-    (base / "shared").mkdir()
-    (base / "shared").chmod(0o1777)
-    (base / "input.jsonl").write_text(json.dumps({"completion": "<think>a</think> \\boxed{1}"}) + "\n")
-    (base / "input.jsonl").chmod(0o644)
-    yield base
-    shutil.rmtree(base)
 
 
 @needs_root

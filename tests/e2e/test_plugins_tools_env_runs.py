@@ -19,18 +19,6 @@ from helpers.ordinary_user import USERS
 from helpers.ordinary_user import as_ordinary_user
 from helpers.plugins_tools_env import call
 
-@pytest.fixture(scope="module")
-def tools_module(tmp_path_factory):
-    with tools_source_as(tmp_path_factory.mktemp("tools-module"), "hostile_tools") as module:
-        yield module
-
-
-@pytest.fixture(scope="module")
-def tools(tools_module):
-    names = ("lookup", "nap", "spin", "odd", "nan", "big", "chatty", "leave", "hog", "read")
-    return [tool_from_function(getattr(tools_module, n)) for n in names] + [tool_from_function(calculator)]
-
-
 RECIPE = """
 name: t
 task: {name: arithmetic, options: {size: 50}}

@@ -6,7 +6,6 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,20 +16,6 @@ NOBODY, OTHER = 65534, 65533  # the planter, and a second unprivileged user
 
 needs_root = pytest.mark.expected_skipif(os.geteuid() != 0 or not shutil.which("setpriv"),
                                          reason="planting a link as another user needs root (and setpriv)")
-
-
-@pytest.fixture
-def scene():
-    """A world-readable base (pytest's tmp_path is root's 0700) holding a sticky 1777 ``shared``
-    folder and ``input.jsonl``; removed afterwards."""
-    base = Path(tempfile.mkdtemp(prefix="rlvr-links-"))
-    base.chmod(0o755)
-    (base / "shared").mkdir()
-    (base / "shared").chmod(0o1777)
-    (base / "input.jsonl").write_text(json.dumps({"completion": "<think>a</think> \\boxed{1}"}) + "\n")
-    (base / "input.jsonl").chmod(0o644)
-    yield base
-    shutil.rmtree(base)
 
 
 def score_as(uid, base: Path, output: str):

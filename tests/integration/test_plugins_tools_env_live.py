@@ -7,30 +7,17 @@ from __future__ import annotations
 import time
 
 import pytest
-from rlvr_plugins.tool_functions import calculator
 from rlvr_plugins.tools_env import make_tools_env
 
 from rlvr import RlvrError
 from rlvr.kit.tools import tool_from_function
-from helpers.plugins_tools_env import tools_source_as, call
+from helpers.plugins_tools_env import call
 import re
 from rlvr_plugins.environment_reward import tool_call
 from helpers.episodes import ScriptedPolicy
 from rlvr.recipe.spec import PromptConfig
 from rlvr.sampling.episodes import EpisodeRunner
 from rlvr.sampling.episodes import episode_rows
-
-@pytest.fixture(scope="module")
-def tools_module(tmp_path_factory):
-    with tools_source_as(tmp_path_factory.mktemp("tools-module"), "hostile_tools") as module:
-        yield module
-
-
-@pytest.fixture(scope="module")
-def tools(tools_module):
-    names = ("lookup", "nap", "spin", "odd", "nan", "big", "chatty", "leave", "hog", "read")
-    return [tool_from_function(getattr(tools_module, n)) for n in names] + [tool_from_function(calculator)]
-
 
 RUNS = ["sandbox", "process"]
 

@@ -9,25 +9,12 @@ import json
 
 import pytest
 from rlvr_plugins.environment_reward import tool_call
-from rlvr_plugins.tool_functions import calculator
 from rlvr_plugins.tools_env import make_tools_env
 
 from rlvr import RlvrError
 from rlvr.kit.tools import tool_from_function
 from rlvr.recipe.spec import PromptConfig
-from helpers.plugins_tools_env import tools_source_as, call
-
-
-@pytest.fixture(scope="module")
-def tools_module(tmp_path_factory):
-    with tools_source_as(tmp_path_factory.mktemp("tools-module"), "hostile_tools") as module:
-        yield module
-
-
-@pytest.fixture(scope="module")
-def tools(tools_module):
-    names = ("lookup", "nap", "spin", "odd", "nan", "big", "chatty", "leave", "hog", "read")
-    return [tool_from_function(getattr(tools_module, n)) for n in names] + [tool_from_function(calculator)]
+from helpers.plugins_tools_env import call
 
 
 @pytest.mark.parametrize("turn, kind", [
