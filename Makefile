@@ -27,14 +27,20 @@ $(STAMP): pyproject.toml Makefile
 	if [ "$(EXTRA)" = cpu ]; then $(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true; fi
 	touch $(STAMP)
 
+# Each demo run goes to a folder of its own: runs/demo the first time, then runs/demo-2, runs/demo-3
+# (earlier runs stay as they are). OUT=FOLDER names the folder and ARGS passes more to `rlvr train`:
+# `make demo OUT=runs/demo ARGS=--resume` continues a run that was stopped.
+run_dir = d="$(OUT)"; if [ -z "$$d" ]; then d=runs/$(1); i=2; while [ -e "$$d" ]; do d=runs/$(1)-$$i; i=$$((i+1)); \
+  done; [ "$$d" = runs/$(1) ] || echo "make $@: earlier runs stay in runs/$(1)*; this one goes to $$d"; fi
+
 demo: install
 	$(VENV)/bin/rlvr model pull smollm2-135m-instruct
-	$(VENV)/bin/rlvr train tasks/demo.yaml --output-dir runs/demo
+	@$(call run_dir,demo); set -x; $(VENV)/bin/rlvr train tasks/demo.yaml --output-dir "$$d" $(ARGS)
 
 # The tool demo: the model learns to call a sandboxed Python tool (about 6 minutes on 2 cores).
 tool-demo: install
 	$(VENV)/bin/rlvr model pull smollm2-135m-instruct
-	$(VENV)/bin/rlvr train tasks/tool_demo.yaml --output-dir runs/tool_demo
+	@$(call run_dir,tool_demo); set -x; $(VENV)/bin/rlvr train tasks/tool_demo.yaml --output-dir "$$d" $(ARGS)
 
 # The judge demo (tasks/judge_demo.yaml): the demo's task learnt from an LLM judge. Its sampler
 # (Qwen2.5-Coder-0.5B-Instruct on 127.0.0.1:8001, output in runs/judge-sampler.log) runs in the
@@ -64,7 +70,8 @@ judge-demo: install
 	    "within $(JUDGE_WAIT_S) s: see $(JUDGE_LOG)" >&2; exit 1; }; \
 	  sleep 2; \
 	done; \
-	$(VENV)/bin/rlvr train tasks/judge_demo.yaml --output-dir runs/judge_demo --secret 127.0.0.1:8001=$(JUDGE_SECRET)
+	$(call run_dir,judge_demo); \
+	$(VENV)/bin/rlvr train tasks/judge_demo.yaml --output-dir "$$d" --secret 127.0.0.1:8001=$(JUDGE_SECRET) $(ARGS)
 
 # The reasoning-gym example brings reasoning-gym itself (pinned in its pyproject.toml, pure
 # Python, no torch): installed with its dependencies, again only when that file changes.

@@ -290,7 +290,12 @@ def judge_reward(
             got = post_json(url, body, secret=secret, timeout_s=timeout_s, retries=retries, backoff_s=backoff_s,
                             max_response_bytes=max_response_bytes)
         except HttpFailure as failure:
-            return Score(None, {"why": str(failure), "attempts": failure.attempts},
+            why = str(failure)
+            if failure.status == 404:  # the route api chose is not one the server has
+                other = "completions" if api == "chat" else "chat"
+                why += f" (api: {api} posts to {url}; does the server serve that route? api: {other} posts to " \
+                       f"{base_url.rstrip('/')}{'/completions' if other == 'completions' else '/chat/completions'})"
+            return Score(None, {"why": why, "attempts": failure.attempts},
                          _cost(time.perf_counter() - start, failure.attempts, {}, failed=True))
         said = redact(got.body, secret)  # everything the server says, the usage's keys too
         value, info = _judged(said, api, scale, fence)

@@ -6,7 +6,7 @@ The recipe names the functions (``environment.tools``: registered names, ``rlvr 
 prompt by the model's own chat template (``tools=``), or, for a template that ignores tools, by
 ``rlvr.kit.tools.tools_prompt`` at the end of the system message. The policy's turn ends with its
 message (end-of-sequence). The calls in it are parsed (``parser``: Hermes ``<tool_call>`` JSON,
-plain JSON, or ``auto``), checked against their schemas, run, and answered with one ``tool``
+the default and what the prompt teaches, plain JSON, or ``auto``: either), checked against their schemas, run, and answered with one ``tool``
 message per call, rendered by the same template (Qwen2.5 wraps them in ``<tool_response>``); the
 policy goes on. A turn without a call is the answer: the episode ends there.
 
@@ -88,7 +88,7 @@ def make_tools_env(
     *,
     tools: Sequence[Tool] = (),
     run: Run = "sandbox",
-    parser: Parser = "auto",
+    parser: Parser = "hermes",
     timeout_s: Annotated[float, Gt(0), Le(600)] = 5.0,
     episode_timeout_s: Annotated[float, Gt(0), Le(86400)] = 30.0,
     max_calls: Annotated[int, Ge(1), Le(1000)] = 16,
@@ -102,8 +102,9 @@ def make_tools_env(
     call is checked against its schema, run (``run``: ``sandbox`` or ``process``) and answered
     with a ``tool`` message.
 
-    ``parser``: ``auto``, ``hermes`` (``<tool_call>`` tags) or ``json`` (a turn that is a JSON
-    call); ``timeout_s``: wall seconds per call; ``episode_timeout_s``: tool seconds per
+    ``parser``: ``hermes`` (``<tool_call>`` tags, what Qwen2.5's template and rlvr's own tools
+    block teach; a JSON call without them is invalid, ``untagged``), ``json`` (a turn that is a
+    JSON call: Llama 3.x, Mistral) or ``auto`` (either); ``timeout_s``: wall seconds per call; ``episode_timeout_s``: tool seconds per
     episode; ``max_calls`` per episode and ``max_calls_per_turn``; ``max_call_chars``: the
     longest call read; ``max_result_chars``: the longest result returned; ``memory_mb`` and
     ``isolation``: the sandbox's, for ``run: sandbox``."""
@@ -133,7 +134,7 @@ class ToolsEnv:
 
     stop: tuple[str, ...] = ()  # a turn is the policy's whole message: it may hold several calls
 
-    def __init__(self, tools: list[Tool], runner, *, parser: str = "auto", timeout_s: float = 5.0,
+    def __init__(self, tools: list[Tool], runner, *, parser: str = "hermes", timeout_s: float = 5.0,
                  episode_timeout_s: float = 30.0, max_calls: int = 16, max_calls_per_turn: int = 4,
                  max_call_chars: int = 4000, max_result_chars: int = 2000) -> None:
         self.tools = {t.name: t for t in tools}
@@ -230,7 +231,7 @@ def _finish(value: Any, limit: int) -> dict:
 def call_in_worker(item: tuple) -> dict:
     """``run: process``: one call in a worker process (``DeadlinePool``). The function comes by
     reference: its module, imported from the folder it was found in (a worker started before
-    that folder was on the host's path still finds it), or, from a script, pickled."""
+    that folder was on the host's path still finds it), or, from a script, as the pool sent it."""
     target, arguments, limit = item
     try:
         if isinstance(target, tuple):
@@ -251,7 +252,8 @@ def call_in_worker(item: tuple) -> dict:
 
 def _reference(fn) -> tuple | Any:
     """How a worker process finds ``fn``: (module, name, the folder its top-level package is
-    in), or ``fn`` itself for a script's function (pickled by name, as ``__mp_main__``'s)."""
+    in), or ``fn`` itself for a script's or notebook's function (the pool sends what
+    ``__main__`` defines by value: a worker does not import it)."""
     module_name = getattr(fn, "__module__", None)
     module = sys.modules.get(module_name or "")
     if module is None or module_name == "__main__" or getattr(fn, "__qualname__", "") != fn.__name__:

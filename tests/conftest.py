@@ -79,9 +79,10 @@ def tiny_qwen2(smollm_path, tmp_path_factory):
     return folder
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def test_plugin(tmp_path_factory):
-    """A throwaway plugin package on PYTHONPATH, found through a real entry point."""
+    """A throwaway plugin package on PYTHONPATH, found through a real entry point (read only: one
+    for the session)."""
     root = tmp_path_factory.mktemp("plugin")
     (root / "rlvr_testplug.py").write_text(textwrap.dedent('''
         from rlvr import hookimpl

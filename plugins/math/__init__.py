@@ -89,7 +89,7 @@ __all__ = ["math_reward", "check_answer", "extract_answer", "extract_gold", "las
 
 
 def _pool(workers: int = 0):
-    """The shared worker pool of that size (see :func:`rlvr.kit.workers.shared_pool`).
+    """The shared worker pool of that size (see :func:`rlvr.kit.shared_pools.shared_pool`).
 
     ``workers=0``: $RLVR_MATH_WORKERS, else the CPU count clamped to 2..8.
     """

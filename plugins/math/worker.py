@@ -1,7 +1,7 @@
 """One sample in a worker process: ``score_item`` (extract, normalise, judge under a soft time
 limit) and ``check_answer``, the same judgement in the calling process without a limit.
 
-The reward hands ``score_item`` to the shared pool (``rlvr.kit.workers.shared_pool``) with
+The reward hands ``score_item`` to the shared pool (``rlvr.kit.shared_pools.shared_pool``) with
 ``parse.init_worker`` as the pool's initializer. The soft limit (``rlvr.kit.deadline.soft_limit``)
 usually stops the work before the pool's hard limit kills the worker, so the worker and its
 warm caches (the parsed gold answers here, math-verify's parser) survive a slow answer.

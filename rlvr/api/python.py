@@ -28,7 +28,7 @@ from rlvr.host.imports import ImportPolicy
 from rlvr.host.registry import Registry, TaskSpec, load_registry, make_reward_spec, make_tool_spec
 from rlvr.kit import close_shared, in_test_split, read_jsonl
 from rlvr.kit.device import device_policy
-from rlvr.models.hub import check_model_name
+from rlvr.models.hub import check_model_at_hand, check_model_name
 from rlvr.recipe.load import load_recipe
 from rlvr.recipe.resolve import resolve
 from rlvr.recipe.rows import check_rows, training_parts
@@ -109,6 +109,7 @@ def train(recipe: str | Path | Mapping[str, Any], *, overrides: Mapping[str, Any
     rec, registry = prepare(recipe, overrides, rewards, tasks, profile, weights=reward_weights, tools=tools,
                             allow_unsandboxed=allow_unsandboxed)
     check_rows(rec, registry, training_parts(rec))  # every row it will read, before any model loads
+    check_model_at_hand(rec.model.name)
     out = Path(output_dir) if output_dir is not None else Path("runs") / rec.name
     check_folder_target(out, "output_dir", private=True)
     with _run_scope():
@@ -131,6 +132,7 @@ def evaluate(recipe: str | Path | Mapping[str, Any], model: str | Path | None = 
     rec, registry = prepare(recipe, overrides, rewards, tasks, profile, extra, weights=reward_weights, tools=tools,
                             allow_unsandboxed=allow_unsandboxed)
     check_rows(rec, registry, ("eval",))
+    check_model_at_hand(rec.model.name)
     out = Path(output_dir) if output_dir is not None else Path("runs") / f"eval-{rec.name}"
     check_folder_target(out, "output_dir", private=True)
     with _run_scope(), RunOutput(out, rank=0, verbose=verbose, total_steps=0, name="eval", announce=False):

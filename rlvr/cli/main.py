@@ -144,7 +144,9 @@ def validate(recipes, overrides, profile, data, import_code):
     Every variant is checked: the recipe as given and with each of its profiles. A module:function
     reward or tool is named with the file it would be imported from and why that is allowed; a
     reward is imported (and its columns and options checked) only with --import, a tool always
-    (its schema is built from its code)."""
+    (its schema is built from its code). Of several recipes each is checked and reported; the
+    exit status is 2 if any failed."""
+    from rlvr.models.hub import ALIASES, hub_problem
     from rlvr.recipe.load import recipe_profiles
     from rlvr.recipe.rows import check_data_files, check_rows
 
@@ -162,8 +164,7 @@ def validate(recipes, overrides, profile, data, import_code):
             raise RlvrError(f"{path} (profile {variant!r}): {exc}" if variant else f"{path}: {exc}") from None
         return recipe
 
-    registry = cli_registry()
-    for path in recipes:
+    def check_file(path):
         recipe = check_variant(path, profile)
         done = "imported and checked" if import_code else "not imported (--import checks it)"
         for name in recipe.rewards:
@@ -180,12 +181,31 @@ def validate(recipes, overrides, profile, data, import_code):
             for note in check_prompt_lengths(recipe, registry):
                 click.echo(f"{path}: {note}")
         profiles = recipe_profiles(path)
+        models = {recipe.model.name}
         for other in [None, *profiles]:
             if other != profile:
-                check_variant(path, other)
+                models.add(check_variant(path, other).model.name)
+        for model in sorted(models):
+            problem = model not in ALIASES and not Path(model).expanduser().is_dir() and hub_problem(model)
+            if problem:
+                click.echo(f"{path}: note: {problem}: a run on this machine needs it in the hub cache first")
         checked = f"; checked with profiles: {', '.join(profiles)}" if profiles else ""
         click.echo(f"{path}: ok ({recipe.task.name}, rewards: {', '.join(recipe.rewards)}, "
                    f"{recipe.prompts_per_step} prompts x {recipe.sampling.num_generations} samples a step{checked})")
+
+    registry = cli_registry()
+    if len(recipes) == 1:
+        return check_file(recipes[0])
+    failed = []  # each file is checked and reported, whatever the others gave
+    for path in recipes:
+        try:
+            check_file(path)
+        except RlvrError as exc:
+            message = " ".join(str(exc).split())
+            click.echo(f"rlvr: error: {message if message.startswith(str(path)) else f'{path}: {message}'}", err=True)
+            failed.append(path)
+    if failed:
+        raise RlvrError(f"{len(failed)} of {len(recipes)} recipes failed: {', '.join(map(str, failed))}")
 
 
 @cli.command()

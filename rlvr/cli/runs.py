@@ -13,6 +13,7 @@ import click
 
 from rlvr import RlvrError
 from rlvr.cli.common import Int, cli, cli_registry, load_resolved, recipe_options
+from rlvr.models.hub import check_model_at_hand
 from rlvr.recipe.rows import check_rows, training_parts
 from rlvr.recipe.sampler_backends import SAMPLER_BACKENDS
 from rlvr.sampling.auth import SECRET_ENV, SECRET_FILE_ENV, required_secret
@@ -40,6 +41,7 @@ def train(recipe, overrides, profile, max_steps, output_dir, resume, model, verb
     registry = cli_registry()
     rec = load_resolved(recipe, list(overrides), profile, registry, settings)
     check_rows(rec, registry, training_parts(rec))  # every row it will read, before any model loads
+    check_model_at_hand(rec.model.name)
     output_dir = output_dir or Path("runs") / rec.name
     check_folder_target(output_dir, "--output-dir", private=True)
     if rec.sampling.mode == "server" and rec.sampling.server.urls:
@@ -91,6 +93,7 @@ def eval_cmd(recipe, model, split, limit, ks, output_dir, verbose, overrides, pr
     registry = cli_registry()
     rec = load_resolved(recipe, list(overrides), profile, registry, settings)
     check_rows(rec, registry, ("eval",))
+    check_model_at_hand(rec.model.name)
     output_dir = output_dir or Path("runs") / f"eval-{rec.name}"
     check_folder_target(output_dir, "--output-dir", private=True)
     from rlvr.evaluation.evaluate import evaluate, report_markdown
@@ -123,6 +126,7 @@ def pool(recipe, output_path, model, k, limit, verbose, overrides, profile):
     from rlvr.evaluation.evaluate import build_pool, pool_recipe
 
     check_rows(pool_recipe(rec, k, limit), registry, ("eval",))  # the train rows it measures
+    check_model_at_hand(rec.model.name)
     from rlvr.runs.logs import RunOutput
 
     with RunOutput(output_path.parent, rank=0, verbose=verbose, total_steps=0, name=output_path.name, announce=False):
@@ -173,6 +177,7 @@ def sampler(recipe, overrides, profile, model, host, port, secret_file, print_co
     settings = [("model.name", model)] if model is not None else []  # taken as given, as in train
     registry = cli_registry()
     rec = load_resolved(recipe, list(overrides), profile, registry, settings)
+    check_model_at_hand(rec.model.name)
     if not SAMPLER_BACKENDS[rec.sampling.backend].serves:
         raise RlvrError(f"{recipe}: a sampler runs vLLM, but the recipe's sampling.backend is "
                         f"{rec.sampling.backend!r} (its trainer samples by itself)")

@@ -293,8 +293,30 @@ def _lookup(table: dict, name: str, kind: str):
 def _describe(fn: Callable, description: str | None) -> str:
     if description:
         return description
-    doc = inspect.getdoc(fn) or ""
-    return doc.strip().splitlines()[0] if doc.strip() else ""
+    return first_sentence(" ".join((inspect.getdoc(fn) or "").strip().split("\n\n", 1)[0].split()))
+
+
+def first_sentence(text: str) -> str:
+    """``text`` up to the end of its first sentence: a ``.``, ``!`` or ``?`` outside brackets and
+    quotes, followed by the end or by a space and a capital or a backquote (a docstring's first line often ends
+    mid-sentence: lists of tasks and rewards cut there)."""
+
+    def _starts(ch: str) -> bool:  # a sentence's first character: a capital, or a name in ``code``
+        return ch.isupper() or ch == "`"
+
+    depth, quote = 0, ""
+    for i, ch in enumerate(text):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"" and (i == 0 or not text[i - 1].isalnum()):
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth = max(0, depth - 1)
+        elif ch in ".!?" and depth == 0 and (i + 1 == len(text) or text[i + 1] == " " and _starts(text[i + 2:i + 3])):
+            return text[:i + 1]
+    return text
 
 
 def reward_signature(fn: Callable) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, Any], bool, str]:

@@ -54,7 +54,8 @@ from rlvr.kit.files import open_append, open_folder, remove_temporaries, replaci
 from rlvr.kit.scoring import soft_overlong_penalty
 from rlvr.kit.text import completion_text, escape_controls, one_line
 from rlvr.kit.trust import Unsandboxed, unsandboxed_values
-from rlvr.kit.workers import DeadlinePool, PoolBroken, Result, close_shared, on_close_shared, shared_pool
+from rlvr.kit.shared_pools import close_shared, on_close_shared, shared_pool
+from rlvr.kit.workers import DeadlinePool, PoolBroken, Result
 
 __all__ = [
     "completion_text", "escape_controls", "one_line",

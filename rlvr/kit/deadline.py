@@ -1,7 +1,7 @@
 """Time limits for a reward's checker in worker processes: a soft one inside, a hard one outside.
 
 A checker that may hang (sympy, a third-party scorer) runs in a :class:`~rlvr.kit.workers.DeadlinePool`
-(usually :func:`~rlvr.kit.workers.shared_pool`) with a hard limit per item: a worker that
+(usually :func:`~rlvr.kit.shared_pools.shared_pool`) with a hard limit per item: a worker that
 overruns it is killed from outside, the only way to stop C code. A kill costs a worker restart
 (its imports, its warm caches), so the item's Python code is first stopped from inside at a
 softer limit, :func:`soft_seconds` of the hard one::

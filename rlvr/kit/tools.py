@@ -22,7 +22,8 @@ arguments against its schema. Pure functions, no model and no I/O.
 
 Invalid kinds (``ToolCall.invalid``): ``bad_json``, ``not_a_call`` (JSON, but no name or
 arguments that are an object), ``too_large`` (over ``max_chars`` characters), ``unclosed`` (a
-``<tool_call>`` the turn never closed), and, from the environment that knows the tools,
+``<tool_call>`` the turn never closed), ``untagged`` (a JSON call without the ``<tool_call>``
+tags the ``hermes`` parser asks for), and, from the environment that knows the tools,
 ``unknown_tool`` and ``bad_arguments``.
 """
 
@@ -43,7 +44,7 @@ __all__ = ["Tool", "ToolCall", "function_schema", "parse_tool_calls", "check_arg
            "tool_from_function", "INVALID_KINDS"]
 
 Parser = Literal["auto", "hermes", "json"]
-INVALID_KINDS = ("bad_json", "not_a_call", "too_large", "unclosed", "unknown_tool", "bad_arguments")
+INVALID_KINDS = ("bad_json", "not_a_call", "too_large", "unclosed", "untagged", "unknown_tool", "bad_arguments")
 
 
 @dataclass(frozen=True)
@@ -217,13 +218,26 @@ _FENCE = re.compile(r"^```[a-zA-Z0-9_-]*[ \t]*\n(.*)\n```$", re.S)
 
 
 def parse_tool_calls(text: str, parser: Parser = "auto", *, max_chars: int = 4000) -> list[ToolCall]:
-    """The calls in one policy turn, in order (none: the turn is an answer)."""
+    """The calls in one policy turn, in order (none: the turn is an answer). ``hermes``: each
+    ``<tool_call>...</tool_call>``; a turn without one that is a JSON call nonetheless is one
+    ``untagged`` invalid call (the format the prompt taught was not kept), not an answer.
+    ``json``: a turn that is a JSON call (bare or fenced); ``auto``: ``hermes`` where the turn
+    has a ``<tool_call>`` tag, else ``json``."""
     if parser not in ("auto", "hermes", "json"):
         raise ValueError(f"unknown tool-call parser {parser!r}")
-    if parser == "hermes" or (parser == "auto" and "<tool_call>" in text):
+    if "<tool_call>" in text and parser in ("hermes", "auto"):
         return [_read(m.group(1), max_chars) if m.group(2) else
                 ToolCall(None, None, "unclosed", "<tool_call> was not closed by </tool_call>", _clip(m.group(1)))
                 for m in _TAG.finditer(text)]
+    calls = _json_calls(text, max_chars)
+    if parser == "hermes" and calls:
+        return [ToolCall(None, None, "untagged", "a call goes between <tool_call> and </tool_call>, as the "
+                         "prompt shows; it was not run", _clip(text))]
+    return calls
+
+
+def _json_calls(text: str, max_chars: int) -> list[ToolCall]:
+    """A turn that is one JSON call or a list of them, bare or in one fenced block."""
     body = _unfence(text.strip())
     if not body.startswith(("{", "[")):
         return []

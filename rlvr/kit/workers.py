@@ -28,17 +28,19 @@ Workers are started by the dispatcher thread only, so their lifetime is tied to
 it (``PR_SET_PDEATHSIG`` is per parent *thread* on Linux).
 
 The 'spawn' context is the default. 'fork' is unsafe in a process that holds
-torch/OpenMP threads. 'forkserver' was measured (Python 3.11) to cost the same
-as 'spawn' per worker: the server does not preload the host's ``__main__`` (the
-preload key does not reach it in 3.11), so every child re-imports ``__main__``
-either way, and a worker (re)start costs that import plus the initializer
-(about 0.7 s with math-verify; about 2.3 s when ``__main__`` imports torch).
-Keep scripts behind ``if __name__ == "__main__":``.
+torch/OpenMP threads; 'forkserver' was measured (Python 3.11) to cost the same
+as 'spawn' per worker. Either way a worker never imports the host's ``__main__``
+(``multiprocessing`` would: a script, a notebook cell or ``python -c`` that starts
+a run at its top level would run again in each worker, which then died). What
+``__main__`` defines (a script's function, a notebook's class) travels by value
+instead: work is pickled with cloudpickle. A worker (re)start costs its imports
+plus the initializer (about 0.7 s with math-verify).
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import pickle
 import signal
@@ -52,7 +54,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Literal
 
-__all__ = ["DeadlinePool", "Result", "PoolBroken", "shared_pool"]
+__all__ = ["DeadlinePool", "Result", "PoolBroken"]
 
 Status = Literal["ok", "error", "timeout"]
 
@@ -117,8 +119,8 @@ def _describe(exc: BaseException) -> str:
 def _limit_memory_growth(megabytes: int) -> None:
     """RLIMIT_AS = the address space this process has now + ``megabytes``.
 
-    Relative, because a spawned worker re-imports the host's ``__main__``: if that imports
-    torch, the worker starts with gigabytes of mappings that an absolute limit would not fit.
+    Relative, because what the worker imported before (its initializer's libraries: torch for
+    some) can take gigabytes of mappings that an absolute limit would not fit.
     """
     import resource
 
@@ -204,7 +206,33 @@ class _Worker:
         self.start_deadline = start_deadline  # for the "ready" message
 
 
-def _default_processes() -> int:
+_PREPARE_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _main_left_out():
+    """While a worker starts: the data ``multiprocessing`` hands a new process (spawn and
+    forkserver alike, ``multiprocessing.spawn.get_preparation_data``) names no ``__main__`` to
+    import. A worker runs functions of importable modules only, so it needs none."""
+    from multiprocessing import spawn
+
+    with _PREPARE_LOCK:
+        prepare = spawn.get_preparation_data
+
+        def without_main(name):
+            data = prepare(name)
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+            return data
+
+        spawn.get_preparation_data = without_main
+        try:
+            yield
+        finally:
+            spawn.get_preparation_data = prepare
+
+
+def default_processes() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
@@ -248,7 +276,7 @@ class DeadlinePool:
     ):
         if processes is not None and processes < 1:
             raise ValueError("processes must be >= 1")
-        self.processes = processes or _default_processes()
+        self.processes = processes or default_processes()
         self._context_name = context
         self._initializer = initializer
         self._initargs = tuple(initargs)
@@ -284,11 +312,13 @@ class DeadlinePool:
 
     def submit(self, fn: Callable[[Any], Any] | str, item: Any, *, timeout: float | None = None) -> Future:
         """Queue one item; the returned future resolves to a :class:`Result`."""
+        import cloudpickle
+
         if timeout is not None and timeout <= 0:
             raise ValueError("timeout must be positive or None")
         future: Future = Future()
-        try:
-            payload = pickle.dumps((fn, item), protocol=pickle.HIGHEST_PROTOCOL)
+        try:  # by value what __main__ defines (workers do not import it), else as pickle does
+            payload = cloudpickle.dumps((fn, item), protocol=pickle.HIGHEST_PROTOCOL)
         except Exception as exc:  # noqa: BLE001 - reported per item
             future.set_result(Result("error", error=f"item could not be sent to a worker: {_describe(exc)}"))
             return future
@@ -381,7 +411,8 @@ class DeadlinePool:
             name="rlvr-worker",
             daemon=True,
         )
-        proc.start()
+        with _main_left_out():
+            proc.start()
         child_conn.close()  # so that the worker's death shows up as EOF on parent_conn
         self._count("started")
         return _Worker(proc, parent_conn, time.monotonic() + self._start_timeout)
@@ -461,8 +492,7 @@ class DeadlinePool:
             task = worker.task
             if not worker.ready:
                 with self._lock:
-                    self._broken = (f"a worker exited during start-up (exit code {code}); a script that scores "
-                                    "rewards needs its work under `if __name__ == '__main__':` (workers re-import it)")
+                    self._broken = f"a worker exited during start-up (exit code {code}): its error is on stderr above"
                 return
             if task is not None:
                 self._finish(
@@ -545,49 +575,3 @@ class DeadlinePool:
             self._wake_r = self._wake_w = -1
         for fd in fds:
             os.close(fd)
-
-
-_SHARED: dict[tuple, DeadlinePool] = {}
-_SHARED_LOCK = threading.Lock()
-
-
-def shared_pool(workers: int, initializer: Callable[..., Any] | str | None, *,
-                memory_limit_mb: int | None = None) -> DeadlinePool:
-    """The process-wide pool for (size, initializer, memory limit), created on first use.
-
-    Rewards call this on every batch: workers start once and stay warm. ``workers <= 0``:
-    the CPUs this process may use, clamped to 2..8 -- at least two, so that one sample stuck
-    until its time limit never holds up the rest of a batch.
-    """
-    if workers <= 0:
-        workers = max(2, min(8, _default_processes()))
-    key = (workers, initializer, memory_limit_mb)
-    with _SHARED_LOCK:
-        pool = _SHARED.get(key)
-        if pool is None:
-            pool = _SHARED[key] = DeadlinePool(workers, initializer=initializer, memory_limit_mb=memory_limit_mb)
-        return pool
-
-
-_CLOSERS: list[Callable[[], None]] = []
-
-
-def on_close_shared(closer: Callable[[], None]) -> None:
-    """Have ``close_shared`` call ``closer`` too: for a plugin's own process-wide pool (the
-    sandbox's), which stays warm from run to run otherwise."""
-    with _SHARED_LOCK:
-        if closer not in _CLOSERS:
-            _CLOSERS.append(closer)
-
-
-def close_shared() -> None:
-    """Stop every process-wide pool: ``shared_pool``'s and those of ``on_close_shared``.
-    ``rlvr.api.train`` and ``rlvr.api.evaluate`` call it when they end, so that a run in a notebook or a
-    sweep leaves no worker process behind; the next run starts its own."""
-    with _SHARED_LOCK:
-        pools, closers = list(_SHARED.values()), list(_CLOSERS)
-        _SHARED.clear()
-    for pool in pools:
-        pool.shutdown()
-    for closer in closers:
-        closer()

@@ -32,11 +32,16 @@ def resolve_model(name: str, pull: bool = True) -> str:
     return name  # a hub id
 
 
+KINDS = (f"a model is an alias ({', '.join(ALIASES)}), a folder, or a hub id such as "
+         "HuggingFaceTB/SmolLM2-135M-Instruct")
+
+
 def check_model_name(name: str) -> None:
     """Refuse, before anything loads, a model name that cannot be right: a path to a folder
-    that does not exist or is not a transformers model folder, or a bare name (no ``org/``)
-    that is not an alias but is close to one (a misspelt alias would otherwise be looked up
-    on the hub). Hub ids (``org/name``) are checked when loaded (:func:`load_tokenizer`)."""
+    that does not exist or is not a transformers model folder, or a bare name (no ``org/``) that
+    is not an alias but the start of one or close to one (it would be looked up on the hub).
+    Whether a hub id can be had here is :func:`check_model_at_hand`'s (a recipe validates
+    anywhere); a hub id that can be reached is checked when loaded (:func:`load_tokenizer`)."""
     if name in ALIASES:
         return
     folder = Path(name).expanduser()
@@ -51,10 +56,56 @@ def check_model_name(name: str) -> None:
         return
     if name.startswith((".", "/", "~")):
         raise RlvrError(f"model folder not found: {name}")
-    close = difflib.get_close_matches(name.lower(), list(ALIASES), n=1, cutoff=0.75)
-    if close and "/" not in name:
-        raise RlvrError(f"unknown model {name!r}: did you mean the alias {close[0]!r}? (a model is an alias, "
-                        f"a folder, or a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct)")
+    close = alias_like(name)
+    if close:
+        which = f"the alias {close[0]!r}" if len(close) == 1 else f"one of the aliases {', '.join(map(repr, close))}"
+        raise RlvrError(f"unknown model {name!r}: did you mean {which}? ({KINDS})")
+
+
+def check_model_at_hand(name: str) -> None:
+    """Before a run (after its rows are checked, before anything loads): refuse a hub id that is
+    not in the hub cache while the hub cannot be reached (transformers spent 52 s on retries
+    before it said so). Aliases (pulled without the hub) and folders pass."""
+    if name in ALIASES or Path(name).expanduser().is_dir():
+        return
+    problem = hub_problem(name)
+    if problem:
+        raise RlvrError(f"{problem} ({KINDS}; a hub id is downloaded once where the hub can be reached)")
+
+
+def hub_problem(name: str) -> str | None:
+    """Why the hub id ``name`` cannot be had on this machine now (not in the hub cache, and the
+    hub unreachable or HF_HUB_OFFLINE set), or None."""
+    if in_hub_cache(name):
+        return None
+    from rlvr.kit.data import hub_reachable
+
+    if os.environ.get("HF_HUB_OFFLINE", "0") in ("", "0") and hub_reachable():
+        return None
+    same = [alias for alias, model in ALIASES.items() if model.upstream.lower() == name.lower()]
+    instead = f"; the alias {same[0]!r} is this model, pulled without the hub" if same else ""
+    return f"model {name!r}: the hub cannot be reached and the hub cache does not hold it{instead}"
+
+
+def alias_like(name: str) -> list[str]:
+    """The aliases a bare ``name`` likely means: those it starts, the alias of the hub model it
+    names without its ``org/``, or a near miss; none for a name with ``org/`` or like none."""
+    if "/" in name:
+        return []
+    lowered = name.lower()
+    found = [alias for alias, model in ALIASES.items()
+             if alias.startswith(lowered) or model.upstream.split("/")[-1].lower() == lowered]
+    return found or difflib.get_close_matches(lowered, list(ALIASES), n=1, cutoff=0.75)
+
+
+def in_hub_cache(repo_id: str) -> bool:
+    """Is the hub model ``repo_id``'s config in the local hub cache?"""
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+    except ValueError:  # not a valid repo id
+        return False
 
 
 # Weight files torch writes with pickle; transformers and vLLM fall back to them without safetensors.

@@ -21,6 +21,27 @@ from rlvr.kit import open_append
 
 FORMAT = "%(asctime)s %(name)s %(levelname)s: %(message)s"
 
+# Where signal_notice writes: (the log's fd, the terminal's fd or None). A RunOutput sets them.
+_NOTICE_FDS: tuple[int, int | None] = (2, None)
+
+
+def signal_notice(text: str, *, name: str = "rlvr.training", level: str = "WARNING") -> None:
+    """One line to the run's log (as ``FORMAT`` writes it) and the terminal, safe in a signal
+    handler: by ``os.write``, not through logging or Python's buffered files. A handler runs
+    between two bytecodes of the main thread, which may be inside a write to that very file:
+    logging there raised "reentrant call inside <_io.BufferedWriter>", and the line was lost."""
+    log_fd, terminal_fd = _NOTICE_FDS
+    now = time.time()
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(now)) + f",{int(now % 1 * 1000):03d}"
+    writes = [(log_fd, f"{stamp} {name} {level}: {text}\n" if terminal_fd is not None else text + "\n")]
+    if terminal_fd is not None:  # over the progress bar's line, which the bar then draws again below
+        writes.append((terminal_fd, ("\r\x1b[2K" if os.isatty(terminal_fd) else "") + text + "\n"))
+    for fd, line in writes:
+        try:
+            os.write(fd, line.encode("utf-8", "replace"))
+        except OSError:
+            pass
+
 
 class _ConsoleHandler(logging.Handler):
     """rlvr's log records on the terminal, printed through rich so they stay above the bar."""
@@ -79,6 +100,10 @@ class RunOutput:
         for logger, handler in self._handlers:
             logger.addHandler(handler)
         logging.getLogger("rlvr").setLevel(logging.INFO)
+        global _NOTICE_FDS
+        self._notice_fds = _NOTICE_FDS
+        # verbose: fd 2 is the pipe to both; rank > 0: the terminal is rank 0's
+        _NOTICE_FDS = (2, self._terminal.fileno() if self.rank == 0 and not self.verbose else None)
         if self.announce:
             logging.getLogger("rlvr").info(f"rlvr: logging to {self.path}")
         return self
@@ -111,6 +136,8 @@ class RunOutput:
             self.bar = None
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        global _NOTICE_FDS
+        _NOTICE_FDS = self._notice_fds
         self.stop_bar()
         if exc is not None and not self.verbose:  # the log keeps the whole story; the terminal gets it next
             traceback.print_exception(exc_type, exc, tb, file=sys.stderr)

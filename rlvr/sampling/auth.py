@@ -32,11 +32,13 @@ SECRET_ENV = "RLVR_SAMPLER_SECRET"
 SECRET_FILE_ENV = "RLVR_SAMPLER_SECRET_FILE"
 MIN_SECRET_CHARS = 16
 
-# (method, path) of every request rlvr makes to a sampler: rlvr.sampling.server and its weight sync.
+# (method, path) of every request rlvr makes to a sampler: rlvr.sampling.server and its weight sync,
+# and the judge reward (plugins/judge_reward.py: api chat, its default, or completions).
 ROUTES = frozenset({
     ("GET", "/health"),
     ("GET", "/get_world_size"),
     ("POST", "/v1/completions"),
+    ("POST", "/v1/chat/completions"),
     ("POST", "/pause"),
     ("POST", "/resume"),
     ("POST", "/init_weight_transfer_engine"),

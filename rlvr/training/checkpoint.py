@@ -9,7 +9,6 @@ tampered folder is refused instead of running what its pickles name."""
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import random
 import re
@@ -23,6 +22,7 @@ from rlvr import RlvrError
 from rlvr.kit import write_replacing
 from rlvr.kit.data import parse_json
 from rlvr.kit.files import modes_follow_umask
+from rlvr.runs.logs import signal_notice
 from rlvr.runs.outputs import run_outputs_in
 from rlvr.training.pool import check_state as check_pool_state
 
@@ -82,7 +82,8 @@ class StopRequest:
         self._previous: dict[int, Any] = {}
 
     def _handle(self, signum: int, frame) -> None:
-        import logging
+        """Nothing here logs: the notice goes out by ``signal_notice`` (the main thread may be
+        inside a write to the log)."""
         import signal
 
         name = signal.Signals(signum).name
@@ -91,8 +92,7 @@ class StopRequest:
             raise RunStopped(f"stopped at once ({name}): {resume_note(self.ckpt_dir)}", signum)
         self.signum = signum
         again = "Ctrl-C" if signum == signal.SIGINT else f"a second {name}"
-        logging.getLogger("rlvr.training").warning(f"{name}: stopping after this step, then saving a checkpoint; "
-                                                   f"{again} again to stop now")
+        signal_notice(f"{name}: stopping after this step, then saving a checkpoint; {again} again to stop now")
 
     def install(self) -> None:
         """Outside the main thread (signals reach only it), or where a signal is ignored (a

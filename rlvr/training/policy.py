@@ -10,6 +10,7 @@ import logging
 import math
 import time
 from contextlib import nullcontext
+from pathlib import Path
 from typing import Any
 
 log = logging.getLogger("rlvr.training.policy")
@@ -60,6 +61,17 @@ def deepspeed_config(trainer, *, world: int, zero_stage: int, bf16: bool, fp16: 
     if trainer.offload_optimizer:  # DeepSpeed's CPU Adam; otherwise we hand it torch's fused AdamW
         config["optimizer"] = {"type": "AdamW", "params": {"lr": trainer.lr, "weight_decay": trainer.weight_decay}}
     return config
+
+
+def say_first_build(extension: str, what: str) -> None:
+    """DeepSpeed compiles some of its C++ extensions the first time a run needs them, silently
+    (about a minute on 2 cores): say so, so that a first run does not look hung."""
+    from torch.utils.cpp_extension import _get_build_directory
+
+    folder = Path(_get_build_directory(extension, verbose=False))
+    if not any(folder.glob(f"{extension}*.so")):
+        log.info(f"DeepSpeed builds {what} ({extension}) once, into {folder}: about a minute on 2 cores; "
+                 "later runs load it")
 
 
 class DeepSpeedBackend:
@@ -142,6 +154,8 @@ def build_policy(recipe, model_path: str, *, world: int, device, policy):
     # fused: one kernel over all tensors (CPU and GPU); 0.11-0.15 s vs 0.65 s a step for
     # SmolLM2's 135M parameters on our CPU. TRL's default optimizer is the fused one too.
     optimizer = None if t.offload_optimizer else torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay, fused=True)
+    if t.offload_optimizer:  # only rank 0's log reaches the terminal
+        say_first_build("cpu_adam", "its CPU Adam for trainer.offload_optimizer")
     engine, *_ = deepspeed.initialize(model=model, model_parameters=params, optimizer=optimizer, config=config)
     ref_model = None
     if kl.beta > 0 and not recipe.model.lora:  # with LoRA the reference is the adapter-free base

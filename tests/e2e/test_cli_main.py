@@ -141,16 +141,49 @@ def test_model_names_are_checked_before_anything_loads(rlvr_cmd, tmp_path):
     (tmp_path / "weights").mkdir()
     empty = rlvr_cmd("validate", ROOT / "tasks/demo.yaml", "--set", f"model.name={tmp_path / 'weights'}")
     assert empty.returncode == 2 and "no config.json in it" in empty.stderr
-    for name in ("gpt2", "HuggingFaceTB/SmolLM2-135M-Instruct"):  # hub ids are checked when loaded
+    for name in ("gpt2", "HuggingFaceTB/SmolLM2-135M-Instruct"):  # a recipe validates where its hub model cannot be had
         assert rlvr_cmd("validate", ROOT / "tasks/demo.yaml", "--set", f"model.name={name}").returncode == 0
+    for name, alias in (("smollm2-135m", "smollm2-135m-instruct"), ("Qwen2.5-Coder-0.5B-Instruct",
+                                                                   "qwen2.5-coder-0.5b-instruct")):
+        short = rlvr_cmd("validate", ROOT / "tasks/demo.yaml", "--set", f"model.name={name}")
+        assert short.returncode == 2 and f"did you mean the alias '{alias}'" in short.stderr, short.stderr
 
 
-def test_a_hub_model_that_cannot_be_had_is_one_line(rlvr_cmd, tmp_path):
-    out = rlvr_cmd("eval", ROOT / "tasks/demo.yaml", "--model", "someorg/no-such-model", "--output-dir",
-                   tmp_path / "ev", env={**NO_HUB, "HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path)})
-    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
-    assert out.stderr.strip().splitlines()[-1].startswith("rlvr: error: model 'someorg/no-such-model' cannot be loaded")
-    assert "cannot be loaded" in (tmp_path / "ev" / "eval.log").read_text()  # the whole story is in the log
+def test_validate_checks_and_reports_every_recipe_it_is_given(rlvr_cmd, tmp_path):
+    """Of several recipes each is checked and reported, whatever the ones before it gave; the
+    status is 2 if any failed, with a last line naming them."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text((ROOT / "tasks/demo.yaml").read_text().replace("name: smollm2-135m-instruct", "name: smollm2"))
+    typo = tmp_path / "typo.yaml"
+    typo.write_text((ROOT / "tasks/demo.yaml").read_text() + "\ntrainr: {}\n")
+    out = rlvr_cmd("validate", bad, ROOT / "tasks/demo.yaml", typo, ROOT / "tasks/tool_demo.yaml")
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert [line.split(":")[0] for line in out.stdout.splitlines() if ": ok (" in line] == [
+        str(ROOT / "tasks/demo.yaml"), str(ROOT / "tasks/tool_demo.yaml")]
+    errors = out.stderr.strip().splitlines()
+    assert len(errors) == 3 and errors[0].startswith(f"rlvr: error: {bad}") and "did you mean the alias" in errors[0]
+    assert errors[1].startswith(f"rlvr: error: {typo}") and "trainr" in errors[1], errors
+    assert errors[2] == f"rlvr: error: 2 of 4 recipes failed: {bad}, {typo}"
+
+
+@pytest.mark.parametrize("offline", [{"HF_HUB_OFFLINE": "1"}, {}], ids=["HF_HUB_OFFLINE", "unreachable"])
+def test_a_hub_model_that_cannot_be_had_is_one_line_in_seconds(rlvr_cmd, tmp_path, offline):
+    """Neither in the hub cache nor reachable: refused before a run starts (transformers' retries
+    took 52 s to say so), naming the alias that is the same model when there is one."""
+    import time
+
+    for model, alias in (("someorg/no-such-model", None), ("Qwen/Qwen2.5-Coder-0.5B-Instruct",
+                                                           "qwen2.5-coder-0.5b-instruct")):
+        start = time.monotonic()
+        out = rlvr_cmd("eval", ROOT / "tasks/demo.yaml", "--model", model, "--output-dir", tmp_path / "ev",
+                       env={**NO_HUB, **offline, "HF_HOME": str(tmp_path)})
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
+        assert time.monotonic() - start < 30
+        (line,) = out.stderr.strip().splitlines()
+        assert line.startswith(f"rlvr: error: model '{model}': the hub cannot be reached "
+                               "and the hub cache does not hold it"), line
+        assert (f"the alias '{alias}' is this model" in line) == bool(alias), line
+        assert not (tmp_path / "ev").exists()  # refused before the run's folder was made
 
 
 @pytest.mark.parametrize(

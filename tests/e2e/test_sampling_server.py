@@ -134,10 +134,12 @@ def _few_files():
     resource.setrlimit(resource.RLIMIT_NOFILE, (FRONT_FILES, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def hand_started(tmp_path_factory, tiny_model, test_plugin):
     """One `rlvr sampler RECIPE --port P`, started by hand and shared by the tests below that
-    name it in sampling.server.urls (each vLLM start costs about half a minute)."""
+    name it in sampling.server.urls (a sampler takes 40-60 s to start). For the session, not the
+    module: a worker that runs this module's tests in two stretches (pytest-xdist hands out and
+    steals tests) starts it once, not once a stretch."""
     import requests
 
     from rlvr.models.distributed import free_port
@@ -213,7 +215,7 @@ def test_server_mode_matches_colocated_when_synchronous(tmp_path, tiny_model, te
 # Routes vLLM's server opens in dev mode (or always) that rlvr does not use: none may answer.
 NOT_RLVRS = [("POST", "/collective_rpc"), ("POST", "/sleep"), ("POST", "/wake_up"), ("GET", "/server_info"),
              ("POST", "/abort_requests"), ("POST", "/reset_prefix_cache"), ("GET", "/is_paused"),
-             ("POST", "/shutdown_weight_transfer_engine"), ("GET", "/v1/models"), ("POST", "/v1/chat/completions"),
+             ("POST", "/shutdown_weight_transfer_engine"), ("GET", "/v1/models"),
              ("GET", "/metrics"), ("GET", "/docs"), ("GET", "/openapi.json"), ("GET", "/version"), ("POST", "/tokenize"),
              ("POST", "/ping"), ("POST", "/invocations"), ("GET", "/load"), ("POST", "/start_profile")]
 
@@ -252,6 +254,35 @@ def test_a_sampler_refuses_every_route_without_the_secret_and_answers_only_rlvrs
     assert sampler.poll() is None
     assert requests.get(url + "/health", headers=auth_headers(HAND_SECRET), timeout=30).status_code == 200
     assert _greedy(url, HAND_SECRET) == before  # not paused (this would wait), not changed
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_a_judge_on_a_real_rlvr_sampler(hand_started, api):
+    """The ``judge`` reward (plugins/judge_reward.py) against `rlvr sampler`, behind its secret, by
+    either route (chat, the judge's default, renders the model's chat template): the judge's
+    requests are let in and answered (usage counted), and what a random model writes is parsed or
+    None as unparseable, never an exception; without the secret the sampler refuses it (401)."""
+    from helpers.loopback import user_secret
+    from rlvr_plugins.judge_reward import judge_reward
+
+    _, urls = hand_started
+    url = urls.split("[", 1)[1].rstrip("]")
+    port = url.rsplit(":", 1)[1]
+    base = {"base_url": f"{url}/v1", "api": api, "model": "policy", "rubric": "{{completion}} Score:",
+            "max_tokens": 8, "timeout_s": 120, "retries": 0}
+    os.environ["JUDGE_SAMPLER_KEY"] = HAND_SECRET
+    try:
+        with user_secret(base["base_url"], secret_env="JUDGE_SAMPLER_KEY"):
+            out = judge_reward(["2+2?", "3+3?"], ["4", "6"], [None, None], **base)
+    finally:
+        os.environ.pop("JUDGE_SAMPLER_KEY", None)
+    for s in out:
+        assert s.info.get("usage", {}).get("completion_tokens", 0) >= 1, s.info  # authorised, answered, counted
+        assert (s.value is not None and 0 <= s.value <= 1) or s.info["why"].startswith("unparseable"), s.info
+    refused = judge_reward(["2+2?"], ["4"], [None], **base)  # no key
+    assert refused[0].value is None and refused[0].info["why"].startswith("HTTP 401"), refused[0].info
+    assert refused[0].info["why"].endswith(f"no secret was sent: the user gives one for this host with --secret "
+                                           f"127.0.0.1:{port}=FILE (or RLVR_SECRETS)"), refused[0].info
 
 
 def test_a_second_process_cannot_push_weights(hand_started, tiny_model):

@@ -7,6 +7,7 @@ workers from this module (they inherit the parent's sys.path).
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import operator
 import os
@@ -276,16 +277,51 @@ def test_workers_cleaned_up_at_exit_without_shutdown(tmp_path):
     assert not any(_alive(pid) for pid in pids)
 
 
-def test_script_without_main_guard_fails_fast_instead_of_hanging(tmp_path):
-    """Spawned workers re-import the script; without `if __name__ == "__main__":` each dies during
-    start-up. The caller gets PoolBroken naming the cause within seconds (it used to wait forever:
-    shutting the pool down touched the already closed process of the dead worker)."""
-    script = tmp_path / "noguard.py"
-    script.write_text("from rlvr.kit.workers import DeadlinePool\nprint(DeadlinePool(1).map(abs, [-1], timeout=5))\n")
+# A user's top-level code, with no `if __name__ == "__main__":`: the math reward's workers and a
+# tool of the script's own in a worker process. Workers that imported __main__ ran it again and died.
+TOP_LEVEL = """
+import json, math
+import rlvr.api
+from rlvr.kit.tools import tool_from_function
+from rlvr_plugins.tools_env import make_tools_env
+
+scores = rlvr.api.RewardScorer("math").score([{"completion": "so \\\\boxed{4}", "answer": "4"},
+                                             {"completion": "\\\\boxed{5}", "answer": "4"}])
+
+def hypotenuse(a: float, b: float) -> float:
+    return math.hypot(a, b)
+
+env = make_tools_env({}, tools=[tool_from_function(hypotenuse)], run="process")
+reply = env.step('<tool_call>{"name": "hypotenuse", "arguments": {"a": 3, "b": 4}}</tool_call>')
+print(json.dumps({"values": [value for value, _ in scores], "tool": reply.text}))
+"""
+
+
+@pytest.mark.parametrize("form", ["script", "python -c", "stdin"])
+def test_top_level_code_gets_rewards_and_tools_from_workers(tmp_path, form):
+    """A script, ``python -c`` and code fed on stdin (as a notebook's kernel runs cells: no file to
+    re-import) score with the math reward's worker pool and call their own tool in a worker process."""
+    script = tmp_path / "top.py"
+    script.write_text(TOP_LEVEL)
+    command = {"script": [sys.executable, str(script)], "python -c": [sys.executable, "-c", TOP_LEVEL],
+               "stdin": [sys.executable, "-"]}[form]
+    done = subprocess.run(command, input=TOP_LEVEL if form == "stdin" else None, capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = json.loads(done.stdout.splitlines()[-1])
+    assert got["values"] == [1.0, 0.0] and "5.0" in got["tool"], (got, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+
+
+def test_a_worker_that_dies_starting_fails_the_pool_fast_instead_of_hanging():
+    """A worker whose initializer kills its process: the caller gets PoolBroken naming the exit
+    within seconds (it used to wait forever: shutting the pool down touched the already closed
+    process of the dead worker)."""
     start = time.monotonic()
-    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
-    assert done.returncode != 0
-    assert "PoolBroken: a worker exited during start-up" in done.stderr and "__main__" in done.stderr
+    pool = DeadlinePool(1, initializer=os._exit, initargs=(3,))
+    with pytest.raises(PoolBroken, match=r"a worker exited during start-up \(exit code 3\)"):
+        pool.map(abs, [-1], timeout=5)
+    pool.shutdown()
     assert time.monotonic() - start < 60
 
 

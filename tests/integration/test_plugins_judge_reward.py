@@ -1,6 +1,7 @@
 """The ``judge`` reward (plugins/judge_reward.py): its parser case by case, and the reward against a
 fake OpenAI-compatible server on loopback (canned judgements, failures, the cache, the cap on
-concurrent requests); and once against a real ``rlvr sampler`` with its secret (slow)."""
+concurrent requests). Against a real ``rlvr sampler``, by both routes:
+tests/e2e/test_sampling_server.py::test_a_judge_on_a_real_rlvr_sampler."""
 
 from __future__ import annotations
 
@@ -105,6 +106,17 @@ def test_the_completions_api_gets_the_system_and_rubric_as_one_prompt(fake, tmp_
     assert path == "/v1/completions" and headers["Authorization"] == f"Bearer {KEY}"
     assert {**body, "prompt": user_text(body)} == {"prompt": "Be strict.\n\nJUDGE: [[9]]", "temperature": 0.0,
                                                    "max_tokens": 512}  # no model: left out
+
+
+@pytest.mark.parametrize("api, other", [("chat", "completions"), ("completions", "chat")])
+def test_a_route_the_server_does_not_serve_is_named_with_the_api_choice(fake, api, other):
+    """HTTP 404: the reason names the route ``api`` chose and the one the other choice posts to."""
+    fake.judge = lambda body, n: (404, "not a route of this server", "stop")
+    (score,) = judge(fake, ["x"], api=api, retries=0)
+    route = {"chat": "/chat/completions", "completions": "/completions"}
+    assert score.value is None and score.info["why"].startswith("HTTP 404"), score.info
+    assert score.info["why"].endswith(f"(api: {api} posts to {fake.base_url}{route[api]}; does the server serve that "
+                                      f"route? api: {other} posts to {fake.base_url}{route[other]})"), score.info
 
 
 def test_the_default_rubric_shows_the_prompt_and_the_completion(fake):

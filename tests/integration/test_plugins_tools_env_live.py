@@ -34,6 +34,17 @@ def test_a_call_runs_and_its_result_comes_back_as_a_tool_message(tools, run):
         ("lookup", "ok", 42), ("calculator", "ok", 442932831)]
 
 
+def test_parser_auto_runs_a_call_the_default_answers_as_untagged(tools):
+    """`parser: auto`, the recipe's choice, reads a JSON call without `<tool_call>` tags and runs
+    it; the default (hermes, the format the prompt taught) answers it as invalid, not run."""
+    turn = '{"name": "lookup", "arguments": {"key": "beta"}}'
+    reply = make_tools_env({}, tools=tools, run="process", parser="auto").step(turn)
+    assert list(reply.text) == ["42"] and reply.metrics == {"tool_calls": 1}
+    strict = make_tools_env({}, tools=tools, run="process").step(turn)
+    assert list(strict.text)[0].startswith("Error: invalid call (untagged): a call goes between <tool_call>")
+    assert strict.metrics == {"tool_calls": 1, "tool_invalid": 1, "tool_invalid_untagged": 1}
+
+
 @pytest.mark.parametrize("run", RUNS)
 @pytest.mark.parametrize("name, arguments, status, words", [
     ("lookup", {"key": "gamma"}, "error", "raised KeyError"),

@@ -123,6 +123,46 @@ def test_a_model_folder_of_pickled_weights_is_refused_unread(tmp_path):
     check_model_name(str(folder))
 
 
+@pytest.mark.parametrize("name, alias", [
+    ("smollm2-135m", "smollm2-135m-instruct"), ("SMOLLM2", "smollm2-135m-instruct"),  # an alias cut short
+    ("qwen2.5-coder-1.5b", "qwen2.5-coder-1.5b-instruct"), ("smollm2-135m-instrcut", "smollm2-135m-instruct"),
+    ("SmolLM2-135M-Instruct", "smollm2-135m-instruct"),  # the hub model's name without its org
+    ("qwen", "qwen2.5-coder-0.5b-instruct qwen2.5-coder-1.5b-instruct"),
+    ("gpt2", ""), ("HuggingFaceTB/SmolLM2-135M-Instruct", ""), ("llama", "")])
+def test_a_bare_name_like_an_alias_gets_did_you_mean(name, alias):
+    from rlvr.models.hub import alias_like
+
+    assert alias_like(name) == alias.split()
+
+
+def test_a_hub_id_is_refused_when_this_machine_cannot_have_it_and_only_then(monkeypatch, tmp_path):
+    """Not cached and the hub unreachable (or HF_HUB_OFFLINE): one line at once; cached, or the
+    hub reachable, passes (the load says the rest), as do aliases and folders; the name's own
+    check (validate's) never asks."""
+    from rlvr.kit import data
+    from rlvr.models import hub
+
+    cached, reachable = set(), [False]
+    monkeypatch.setattr(hub, "in_hub_cache", lambda name: name in cached)
+    monkeypatch.setattr(data, "hub_reachable", lambda timeout=3.0: reachable[0])
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with pytest.raises(RlvrError, match=r"^model 'org/m': the hub cannot be reached and the hub cache does not hold "
+                                        r"it \(a model is an alias"):
+        hub.check_model_at_hand("org/m")
+    with pytest.raises(RlvrError, match="the alias 'smollm2-135m-instruct' is this model, pulled without the hub"):
+        hub.check_model_at_hand("HuggingFaceTB/SmolLM2-135M-Instruct")
+    hub.check_model_name("org/m")
+    hub.check_model_at_hand("smollm2-135m-instruct")
+    hub.check_model_at_hand(str(tmp_path))
+    cached.add("org/m")
+    hub.check_model_at_hand("org/m")
+    reachable[0] = True
+    hub.check_model_at_hand("org/other")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(RlvrError, match="the hub cannot be reached"):
+        hub.check_model_at_hand("org/other")
+
+
 @pytest.mark.parametrize("mode, who", [(0o604, "other users"), (0o640, "its group"), (0o620, "its group"),
                                        (0o644, "its group and other users"), (0o600, None), (0o400, None)])
 def test_a_secret_file_others_can_read_is_warned_about(tmp_path, capfd, mode, who):

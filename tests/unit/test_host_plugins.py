@@ -460,3 +460,28 @@ def test_docs_option_error_is_what_the_host_says():
     assert spec.check_options({"ignore_case": True, "match": "anywhere"}) == {"ignore_case": True, "match": "anywhere"}
     with pytest.raises(RlvrError, match="option ignore_case: 2 is not true or false"):
         spec.check_options({"ignore_case": 2})  # unannotated: the kind of its default
+
+
+@pytest.mark.parametrize("doc, first", [
+    ("One line.", "One line."),
+    ("No full stop at all", "No full stop at all"),
+    ("A sentence over\n    two lines. Then more.", "A sentence over two lines."),
+    ("Your data: a file (``path``: .jsonl, .json or .parquet) or folder (one\n    a split, ``<f>/<s>.jsonl``), or a hub"
+     " id. ``columns`` lists them.", "Your data: a file (``path``: .jsonl, .json or .parquet) or folder (one a split, "
+     "``<f>/<s>.jsonl``), or a hub id."),
+    ("Arithmetic ('What is 7 + 3? Or 8.') with held-out items. Then.", "Arithmetic ('What is 7 + 3? Or 8.') with "
+     "held-out items."),
+    ('Problems ("A has 3. B has 4. How many?"), whole numbers. More.', 'Problems ("A has 3. B has 4. How many?"), '
+     "whole numbers."),
+    ("The reward's score, e.g. 0.5 or 1.0, per record.\n\nDetails.", "The reward's score, e.g. 0.5 or 1.0, per record."),
+])
+def test_a_description_is_the_docstrings_first_sentence_however_many_lines_it_takes(doc, first):
+    """What `rlvr tasks` and `rlvr rewards` show: the first sentence whole, not its first line."""
+    def task():
+        pass
+
+    task.__doc__ = doc
+    from rlvr.host.registry import _describe
+
+    assert _describe(task, None) == first
+    assert _describe(task, "given") == "given"

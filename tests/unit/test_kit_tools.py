@@ -142,8 +142,17 @@ def test_deep_nesting_within_the_size_limit_is_bad_json_not_a_crash():
     assert call.invalid == "bad_json" and "deep" in call.reason
 
 
+@pytest.mark.parametrize("text", [CALL, f"[{CALL}, {CALL}]", f"```json\n{CALL}\n```", '{"name": "f", "arguments": {"x": '])
+def test_hermes_answers_a_json_call_without_its_tags_as_one_untagged_call(text):
+    """What a policy drifted to under a lenient parser (the tool-call demo's `<|im_start|>{...}`,
+    decoded without its special tokens) is not a call the hermes parser runs, nor an answer."""
+    (call,) = parse_tool_calls(text, "hermes")
+    assert call.invalid == "untagged" and call.name is None and "<tool_call>" in call.reason
+    assert call.text == text.strip()[:200] + ("..." if len(text.strip()) > 200 else "")
+
+
 def test_a_parser_named_reads_only_its_format():
-    assert parse_tool_calls(CALL, "hermes") == []
+    assert parse_tool_calls("The answer is 4.", "hermes") == parse_tool_calls('{"answer": 4}', "hermes") == []
     assert parse_tool_calls(f"<tool_call>{CALL}</tool_call>", "json") == []
     with pytest.raises(ValueError):
         parse_tool_calls(CALL, "xml")

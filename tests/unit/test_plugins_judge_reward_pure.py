@@ -1,6 +1,6 @@
 """The ``judge`` reward (plugins/judge_reward.py): the checks that need no process, socket or model
-(the unit ring; the others: tests/e2e/test_plugins_judge_reward_runs.py,
-tests/integration/test_plugins_judge_reward.py)."""
+(the unit ring; the others: tests/integration/test_plugins_judge_reward.py, and against a real
+``rlvr sampler`` tests/e2e/test_sampling_server.py::test_a_judge_on_a_real_rlvr_sampler)."""
 
 from __future__ import annotations
 

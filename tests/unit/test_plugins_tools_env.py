@@ -20,6 +20,8 @@ from helpers.plugins_tools_env import call
 @pytest.mark.parametrize("turn, kind", [
     ("<tool_call>{\"name\": \"lookup\", \"arguments\": {\"key\": </tool_call>", "bad_json"),
     ("<tool_call>{\"name\": \"lookup\", \"arguments\": {}}", "unclosed"),
+    # by default the format the prompt taught: a call without its tags is not run (nor an answer)
+    ('{"name": "lookup", "arguments": {"key": "alpha"}}', "untagged"),
     ("<tool_call>[\"lookup\"]</tool_call>", "not_a_call"),
     (call("lookup_all"), "unknown_tool"),
     (call("lookup"), "bad_arguments"),

@@ -131,6 +131,57 @@ def test_a_first_signal_asks_to_stop_and_a_second_stops_at_once(tmp_path, sigint
     assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == before
 
 
+def test_the_stop_notice_reaches_log_and_terminal_when_the_signal_lands_inside_a_write_to_the_log(
+        tmp_path, monkeypatch, sigint_as_python_has_it):
+    """Ctrl-C while the main thread writes to the log (its buffered file locked): the notice is
+    written at once to the log and the terminal, and nothing is logged from the handler. Logging
+    there was a reentrant write to the same file: a "Logging error" in the log, and no notice."""
+    import io
+    import logging
+    import signal
+
+    from rlvr.runs import logs
+    from rlvr.training.checkpoint import stop_requests
+
+    log_r, log_w = os.pipe()
+    term_r, term_w = os.pipe()
+    monkeypatch.setattr(logs, "_NOTICE_FDS", (log_w, term_w))
+
+    class SignalMidWrite(io.RawIOBase):  # the signal arrives while the buffered writer holds its lock
+        def writable(self):
+            return True
+
+        def write(self, data):
+            if not raised:
+                raised.append(True)
+                os.kill(os.getpid(), signal.SIGINT)
+                for _ in range(100):  # the handler runs between bytecodes of this thread
+                    pass
+            return len(data)
+
+    class Recorded(logging.StreamHandler):
+        def handleError(self, record):
+            errors.append(record.getMessage())
+
+    raised, errors = [], []
+    handler = Recorded(io.TextIOWrapper(io.BufferedWriter(SignalMidWrite()), write_through=True))
+    logger = logging.getLogger("rlvr.training")
+    logger.addHandler(handler)
+    try:
+        with stop_requests(tmp_path / "checkpoints") as stop:
+            logger.warning("a line of the step in progress")
+            assert raised and stop.signum == signal.SIGINT
+    finally:
+        logger.removeHandler(handler)
+    assert errors == []
+    notice = "SIGINT: stopping after this step, then saving a checkpoint; Ctrl-C again to stop now"
+    assert os.read(term_r, 4096).decode() == notice + "\n"  # a pipe: no escape to clear the bar's line
+    logged = os.read(log_r, 4096).decode()
+    assert logged.endswith(f" rlvr.training WARNING: {notice}\n") and logged.count("\n") == 1, logged
+    for fd in (log_r, log_w, term_r, term_w):
+        os.close(fd)
+
+
 def test_an_ignored_signal_stays_ignored_and_other_threads_change_nothing(tmp_path, sigint_as_python_has_it):
     import signal
     import threading

