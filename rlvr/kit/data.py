@@ -128,10 +128,17 @@ def local_or_hub(
     if local.exists():
         yield from sourced_jsonl(local)
         return
-    yield from hub_rows(hub_id, split, config, f"no local copy at {local}, and ")
+    try:
+        named = local.relative_to(data_dir())
+    except ValueError:
+        named = local
+    yield from hub_rows(hub_id, split, config, f"no local copy at {local}, and ",
+                        f"set RLVR_DATA_DIR to a folder holding {named} (the split as JSONL), or use a machine "
+                        "that reaches the hub")
 
 
-def hub_rows(hub_id: str, split: str, config: str | None = None, lead: str = "") -> Iterator[dict]:
+def hub_rows(hub_id: str, split: str, config: str | None = None, lead: str = "",
+             offline_hint: str = "set RLVR_DATA_DIR to a folder holding the data offline") -> Iterator[dict]:
     """A hub dataset's split (network, or a warm HF cache), without the ~25 s of retries the
     datasets library spends when the hub is unreachable; one-line ``RlvrError`` when it cannot be had."""
     import datasets
@@ -144,8 +151,7 @@ def hub_rows(hub_id: str, split: str, config: str | None = None, lead: str = "")
     except Exception as exc:
         why = "the hub is unreachable and it is not in the hub cache" if offline else \
             f"loading it from the hub failed ({type(exc).__name__}: {' '.join(str(exc).split())[:160]})"
-        raise RlvrError(f"{lead}{hub_id!r} split {split!r}: {why}; set RLVR_DATA_DIR to a folder holding the data "
-                        "offline") from None
+        raise RlvrError(f"{lead}{hub_id!r} split {split!r}: {why}; {offline_hint}") from None
     yield from ds
 
 

@@ -132,6 +132,9 @@ def test_hub_only_data_fails_at_once_when_the_hub_is_unreachable(rlvr_cmd, tmp_p
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "hub is unreachable" in lines[0] and "RLVR_DATA_DIR" in lines[0]
+    # what to put where: the variable, the file it expects under it, and the hub id
+    assert "set RLVR_DATA_DIR to a folder holding mbpp/train.jsonl (the split as JSONL)" in lines[0], lines[0]
+    assert "'google-research-datasets/mbpp' split 'train'" in lines[0], lines[0]
 
 
 def test_model_names_are_checked_before_anything_loads(rlvr_cmd, tmp_path):

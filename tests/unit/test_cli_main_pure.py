@@ -27,3 +27,15 @@ def test_read_jsonl_reports_bad_bytes_and_files_by_line(tmp_path):
         list(read_jsonl(cut))
     with pytest.raises(RlvrError, match="cannot read: Is a directory"):
         list(read_jsonl(tmp_path))
+
+
+def test_the_help_says_what_an_output_that_is_a_link_gets():
+    """What `rlvr score --help` says of links is what it does (tests/e2e/test_cli_main.py:
+    test_score_refuses_a_symlink_and_keeps_modes): a symlink is refused, never written through."""
+    from click.testing import CliRunner
+
+    from rlvr.cli.main import cli
+
+    text = " ".join(CliRunner().invoke(cli, ["score", "--help"]).output.split())
+    assert "a symlink is refused (name the file it points to)" in text
+    assert "written through" not in text
