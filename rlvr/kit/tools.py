@@ -22,7 +22,8 @@ arguments against its schema. Pure functions, no model and no I/O.
 
 Invalid kinds (``ToolCall.invalid``): ``bad_json``, ``not_a_call`` (JSON, but no name or
 arguments that are an object), ``too_large`` (over ``max_chars`` characters), ``unclosed`` (a
-``<tool_call>`` the turn never closed), ``untagged`` (a JSON call without the ``<tool_call>``
+``<tool_call>`` the turn never closed, and what follows it is not a whole call: a whole one at
+the turn's end is read as vLLM's ``hermes`` parser reads it), ``untagged`` (a JSON call without the ``<tool_call>``
 tags the ``hermes`` parser asks for), and, from the environment that knows the tools,
 ``unknown_tool`` and ``bad_arguments``.
 """
@@ -226,8 +227,7 @@ def parse_tool_calls(text: str, parser: Parser = "auto", *, max_chars: int = 400
     if parser not in ("auto", "hermes", "json"):
         raise ValueError(f"unknown tool-call parser {parser!r}")
     if "<tool_call>" in text and parser in ("hermes", "auto"):
-        return [_read(m.group(1), max_chars) if m.group(2) else
-                ToolCall(None, None, "unclosed", "<tool_call> was not closed by </tool_call>", _clip(m.group(1)))
+        return [_read(m.group(1), max_chars) if m.group(2) else _unclosed(m.group(1), max_chars)
                 for m in _TAG.finditer(text)]
     calls = _json_calls(text, max_chars)
     if parser == "hermes" and calls:
@@ -273,6 +273,16 @@ def _loads(text: str) -> Any:
         raise ValueError("nested too deeply") from None
     except json.JSONDecodeError as exc:
         raise ValueError(f"{exc.msg} at character {exc.pos}") from None
+
+
+def _unclosed(body: str, max_chars: int) -> ToolCall:
+    """A ``<tool_call>`` the turn ended in without ``</tool_call>``: a call when what follows the
+    tag is one whole call (the turn ended where the tag would close: vLLM's ``hermes`` tool parser
+    reads it so too), else ``unclosed``."""
+    call = _read(body, max_chars)
+    if call.invalid in (None, "too_large"):
+        return call
+    return ToolCall(None, None, "unclosed", "<tool_call> was not closed by </tool_call>", _clip(body))
 
 
 def _read(body: str, max_chars: int) -> ToolCall:

@@ -99,6 +99,9 @@ CALL = '{"name": "lookup", "arguments": {"key": "alpha"}}'
     (f"<tool_call>\n```json\n{CALL}\n```\n</tool_call>", [("lookup", {"key": "alpha"})]),
     ('<tool_call>{"name": "lookup", "arguments": "{\\"key\\": \\"alpha\\"}"}</tool_call>', [("lookup", {"key": "alpha"})]),
     ('<tool_call>{"name": "now"}</tool_call>', [("now", {})]),
+    # a turn that ends where the tag would close (at its end-of-sequence), as vLLM's hermes parser reads it
+    (f"<tool_call>\n{CALL}\n", [("lookup", {"key": "alpha"})]),
+    (f"<tool_call>{CALL}</tool_call><tool_call>{CALL}", [("lookup", {"key": "alpha"})] * 2),
     (CALL, [("lookup", {"key": "alpha"})]),
     ('{"name": "lookup", "parameters": {"key": "alpha"}}', [("lookup", {"key": "alpha"})]),  # Llama 3.x
     (f"[{CALL}, {CALL}]", [("lookup", {"key": "alpha"})] * 2),  # Mistral's list
@@ -125,7 +128,8 @@ def test_calls_are_read_in_the_formats_models_write(text, expected):
     ("<tool_call>{\"name\": 7}</tool_call>", "not_a_call"),
     ("<tool_call>{\"name\": \"f\", \"arguments\": [1]}</tool_call>", "not_a_call"),
     ("<tool_call>{\"name\": \"f\", \"arguments\": \"{oops\"}</tool_call>", "bad_json"),
-    ("<tool_call>{\"name\": \"f\", \"arguments\": {}}", "unclosed"),
+    ("<tool_call>{\"name\": \"f\", \"arguments\": {", "unclosed"),
+    ("<tool_call>{\"name\": \"f\", \"arguments\": {}}\nand then some words", "unclosed"),
     ('{"name": "lookup", "arguments": {"key": }', "bad_json"),
 ])
 def test_malformed_calls_are_invalid_with_a_kind_and_a_reason(text, kind):

@@ -19,7 +19,7 @@ from helpers.plugins_tools_env import call
 
 @pytest.mark.parametrize("turn, kind", [
     ("<tool_call>{\"name\": \"lookup\", \"arguments\": {\"key\": </tool_call>", "bad_json"),
-    ("<tool_call>{\"name\": \"lookup\", \"arguments\": {}}", "unclosed"),
+    ("<tool_call>{\"name\": \"lookup\", \"arguments\": {\"key\": ", "unclosed"),
     # by default the format the prompt taught: a call without its tags is not run (nor an answer)
     ('{"name": "lookup", "arguments": {"key": "alpha"}}', "untagged"),
     ("<tool_call>[\"lookup\"]</tool_call>", "not_a_call"),
