@@ -146,7 +146,7 @@ def validate(recipes, overrides, profile, data, import_code):
     reward is imported (and its columns and options checked) only with --import, a tool always
     (its schema is built from its code). Of several recipes each is checked and reported; the
     exit status is 2 if any failed."""
-    from rlvr.models.hub import ALIASES, hub_problem
+    from rlvr.models.hub import hub_problem
     from rlvr.recipe.load import recipe_profiles
     from rlvr.recipe.rows import check_data_files, check_rows
 
@@ -186,7 +186,7 @@ def validate(recipes, overrides, profile, data, import_code):
             if other != profile:
                 models.add(check_variant(path, other).model.name)
         for model in sorted(models):
-            problem = model not in ALIASES and not Path(model).expanduser().is_dir() and hub_problem(model)
+            problem = hub_problem(model)
             if problem:
                 click.echo(f"{path}: note: {problem}: a run on this machine needs it in the hub cache first")
         checked = f"; checked with profiles: {', '.join(profiles)}" if profiles else ""

@@ -66,17 +66,16 @@ def check_model_at_hand(name: str) -> None:
     """Before a run (after its rows are checked, before anything loads): refuse a hub id that is
     not in the hub cache while the hub cannot be reached (transformers spent 52 s on retries
     before it said so). Aliases (pulled without the hub) and folders pass."""
-    if name in ALIASES or Path(name).expanduser().is_dir():
-        return
     problem = hub_problem(name)
     if problem:
         raise RlvrError(f"{problem} ({KINDS}; a hub id is downloaded once where the hub can be reached)")
 
 
 def hub_problem(name: str) -> str | None:
-    """Why the hub id ``name`` cannot be had on this machine now (not in the hub cache, and the
-    hub unreachable or HF_HUB_OFFLINE set), or None."""
-    if in_hub_cache(name):
+    """Why the model ``name`` cannot be had on this machine now: a hub id not in the hub cache
+    while the hub is unreachable or HF_HUB_OFFLINE is set; None for one that can, an alias
+    (pulled without the hub) or a folder."""
+    if name in ALIASES or Path(name).expanduser().is_dir() or in_hub_cache(name):
         return None
     from rlvr.kit.data import hub_reachable
 
