@@ -26,7 +26,8 @@ from rlvr.sampling.auth import SECRET_ENV, SECRET_FILE_ENV, required_secret
               help="Stop after this many steps (overrides trainer.steps).")
 @click.option("--output-dir", type=click.Path(file_okay=False, path_type=Path), default=None)
 @click.option("--resume", is_flag=True, help="Continue from the last checkpoint in --output-dir.")
-@click.option("--model", default=None, help="Model to train (hub id, folder, or alias).")
+@click.option("--model", default=None,
+              help="Model to train (hub id, alias, model folder, or a LoRA run's final/ adapter).")
 @click.option("--verbose", is_flag=True, help="Also show vLLM's, DeepSpeed's and other libraries' output "
               "(always kept in OUTPUT_DIR/train.log).")
 def train(recipe, overrides, profile, max_steps, output_dir, resume, model, verbose):
@@ -69,7 +70,8 @@ def _parse_ks(text: str) -> list[int]:
 
 @cli.command(name="eval")
 @click.argument("recipe")
-@click.option("--model", default=None, help="Model to evaluate (hub id, folder, or alias).")
+@click.option("--model", default=None,
+              help="Model to evaluate (hub id, alias, model folder, or a LoRA run's final/ adapter).")
 @click.option("--split", default=None, help="Split to evaluate on (default: the recipe's eval split).")
 @click.option("--limit", type=Int(min=1), default=None, help="Evaluate on the first N problems.")
 @click.option("--k", "ks", default=None, help="Comma-separated k for pass@k, e.g. 1,4,8.")
@@ -108,7 +110,8 @@ def eval_cmd(recipe, model, split, limit, ks, output_dir, verbose, overrides, pr
 @click.argument("recipe")
 @click.option("--output", "output_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="The pool file (JSONL) to write, for data.pool_file.")
-@click.option("--model", default=None, help="Model to measure (hub id, folder, or alias).")
+@click.option("--model", default=None,
+              help="Model to measure (hub id, alias, model folder, or a LoRA run's final/ adapter).")
 @click.option("--k", type=Int(min=2), default=None, help="Samples per prompt (default: sampling.num_generations).")
 @click.option("--limit", type=Int(min=1), default=None, help="The first N train prompts (default: data.train_limit).")
 @click.option("--verbose", is_flag=True, help="Also show vLLM's and other libraries' output (always in the log "
@@ -138,8 +141,8 @@ def pool(recipe, output_path, model, k, limit, verbose, overrides, profile):
 @cli.command()
 @click.argument("recipe")
 @recipe_options
-@click.option("--model", default=None, help="Model to serve (hub id, folder, or alias): the one the trainer starts "
-              "from (its --model).")
+@click.option("--model", default=None, help="Model to serve (hub id, alias, model folder, or a LoRA run's final/ "
+              "adapter): the one the trainer starts from (its --model).")
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on: 127.0.0.1 this node "
               "only; 0.0.0.0 (or one of this node's addresses) lets trainers on other nodes reach it.")
 @click.option("--port", type=Int(1, 65535), default=None, help="Port to listen on (default: sampling.server.port, "

@@ -12,12 +12,14 @@ import os
 from pathlib import Path
 
 from rlvr import RlvrError
+from rlvr.models.adapters import adapter_base, check_adapter_folder, is_adapter_folder, merged_copy
 from rlvr.models.pull import MODELS as ALIASES
 from rlvr.models.pull import model_dir, pull_model
 
 
 def resolve_model(name: str, pull: bool = True) -> str:
-    """A path or hub id transformers and vLLM can load; pulls an alias on first use."""
+    """A path or hub id transformers and vLLM can load; pulls an alias on first use, and merges
+    an adapter folder into its base model on first use (``rlvr.models.adapters``)."""
     if name in ALIASES:
         folder = model_dir(name)
         if not (folder / "config.json").exists():
@@ -26,14 +28,19 @@ def resolve_model(name: str, pull: bool = True) -> str:
             pull_model(name)
         return str(folder)
     if os.path.isdir(name) or not os.path.isabs(name) and os.path.isdir(os.path.expanduser(name)):
-        return os.path.expanduser(name)
+        folder = Path(name).expanduser()
+        if is_adapter_folder(folder):  # a LoRA run's final/: its base with the adapter merged in
+            base = check_adapter_folder(folder)
+            check_model_name(base)
+            return merged_copy(folder, base, resolve_model(base, pull=pull), pull=pull)
+        return str(folder)
     if name.startswith((".", "/", "~")):
         raise RlvrError(f"model folder not found: {name}")
     return name  # a hub id
 
 
-KINDS = (f"a model is an alias ({', '.join(ALIASES)}), a folder, or a hub id such as "
-         "HuggingFaceTB/SmolLM2-135M-Instruct")
+KINDS = (f"a model is an alias ({', '.join(ALIASES)}), a folder (a model's, or a LoRA run's adapter), "
+         "or a hub id such as HuggingFaceTB/SmolLM2-135M-Instruct")
 
 
 def check_model_name(name: str) -> None:
@@ -46,6 +53,9 @@ def check_model_name(name: str) -> None:
         return
     folder = Path(name).expanduser()
     if folder.is_dir():
+        if is_adapter_folder(folder):
+            check_model_name(check_adapter_folder(folder))
+            return
         if not (folder / "config.json").is_file():
             raise RlvrError(f"model folder {name}: no config.json in it (not a transformers model folder)")
         pickled = pickled_weights(folder)
@@ -75,7 +85,11 @@ def hub_problem(name: str) -> str | None:
     """Why the model ``name`` cannot be had on this machine now: a hub id not in the hub cache
     while the hub is unreachable or HF_HUB_OFFLINE is set; None for one that can, an alias
     (pulled without the hub) or a folder."""
-    if name in ALIASES or Path(name).expanduser().is_dir() or in_hub_cache(name):
+    folder = Path(name).expanduser()
+    if folder.is_dir() and is_adapter_folder(folder):  # a hub id it names as its base must be at hand
+        base = adapter_base(folder)
+        return None if Path(base).expanduser().resolve() == folder.resolve() else hub_problem(base)
+    if name in ALIASES or folder.is_dir() or in_hub_cache(name):
         return None
     from rlvr.kit.data import hub_reachable
 

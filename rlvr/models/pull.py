@@ -46,6 +46,9 @@ class PyPIModel:
     # Tokens that end an answer besides the tokenizer's end-of-sequence token (generation_config),
     # where the GGUF names only one: Qwen's chat turns end with <|im_end|>, its texts with <|endoftext|>.
     stop_tokens: tuple[str, ...] = ()
+    # The upstream model's own dtype (its config's), which a run's final/ is saved in by default
+    # (trainer.final_dtype: model) whatever dtype the pull converted it to.
+    upstream_dtype: str = "bfloat16"
 
     def parts(self) -> list[tuple[str, str]]:
         return list(zip(self.wheels, self.members))

@@ -352,9 +352,14 @@ class TrainerConfig(Strict):
     # weights and optimizer: `--resume --max-steps N` trains on exactly) or none (checkpoints/
     # removed; train further from final/ with --model in a new folder).
     final_checkpoint: Literal["full", "none"] = "full"
-    # The dtype of final/'s weights: model = the base model's own (its config's dtype), whatever
-    # dtype the trainer held them in (float32 master weights on CPU); or the one named here.
+    # The dtype of final/'s full weights: model = the base model's own (its config's dtype; for
+    # an alias the upstream model's, bfloat16 for all of them), whatever dtype the trainer held
+    # them in (float32 master weights on CPU); or the one named here. A LoRA adapter keeps the
+    # dtype it was trained in (it is megabytes).
     final_dtype: Literal["model", "float32", "bfloat16", "float16"] = "model"
+    # LoRA: final/ is the adapter (a PEFT folder, megabytes; `--model RUN/final` loads it merged
+    # into its base). true: also final/merged/, the base with the adapter merged in (final_dtype).
+    save_merged: bool = False
     eval_every: int | None = Field(default=None, ge=1)
     eval_at_start: bool = False  # held-out accuracy before training (written to eval.jsonl)
     eval_at_end: bool = False
@@ -492,6 +497,8 @@ class Recipe(Strict):
             )
         if self.model.lora and t.zero_stage == 3:
             raise ValueError("model.lora with trainer.zero_stage 3 is not supported: use stage 0-2 for LoRA")
+        if t.save_merged and not self.model.lora:
+            raise ValueError("trainer.save_merged is for model.lora runs (a full run's final/ is the whole model)")
         srv = self.sampling.server
         backend = SAMPLER_BACKENDS[self.sampling.backend]
         if self.sampling.mode == "server" and not backend.serves:

@@ -13,7 +13,7 @@ import pickle
 import random
 import re
 import shutil
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from rlvr import RlvrError
 from rlvr.kit import write_replacing
 from rlvr.kit.data import parse_json
 from rlvr.kit.files import modes_follow_umask
+from rlvr.models.adapters import ADAPTER_CONFIG, save_adapter
 from rlvr.runs.logs import signal_notice
 from rlvr.runs.outputs import run_outputs_in
 from rlvr.training.pool import check_state as check_pool_state
@@ -43,7 +44,7 @@ def check_output_dir(output_dir: Path, resume: bool) -> None:
         raise RlvrError(f"{output_dir} already holds a run: pass --resume to continue it, "
                         "or choose another --output-dir")
     where = "--resume: " if resume else ""
-    if found and not checkpoint and (output_dir / "final" / "config.json").is_file():
+    if found and not checkpoint and any((output_dir / "final" / f).is_file() for f in ("config.json", ADAPTER_CONFIG)):
         raise RlvrError(f"{where}{output_dir} holds a finished run without checkpoints (trainer.final_checkpoint: "
                         f"none removes them): choose another --output-dir; to train its model further, start "
                         f"from it with --model {output_dir / 'final'}")
@@ -204,7 +205,9 @@ def write_json_atomic(path: Path, data: dict) -> None:
 
 def save_checkpoint(engine, ckpt_dir: Path, state: TrainState, *, rank: int, data_position: int, keep_last: int,
                     pool: dict | None = None) -> None:
-    """``data_position`` (and ``pool``, the prompt pool's state) as of the last batch trained."""
+    """``data_position`` (and ``pool``, the prompt pool's state) as of the last batch trained.
+    Frozen parameters (a LoRA run's base model) are left out: the base is the model the run
+    names, loaded again on ``--resume``; the checkpoint holds what training changes."""
     import torch
     import torch.distributed as dist
 
@@ -216,7 +219,9 @@ def save_checkpoint(engine, ckpt_dir: Path, state: TrainState, *, rank: int, dat
     rank_state = RankState(state.step, data_position, random.getstate(), torch.get_rng_state().tolist(), pool)
     write_json_atomic(_rank_file(folder, rank), encode_rank_state(rank_state))
     dist.barrier()
-    engine.save_checkpoint(str(ckpt_dir), tag=tag)
+    frozen = _has_frozen(engine.module)
+    with frozen_left_out(engine) if frozen else nullcontext():
+        engine.save_checkpoint(str(ckpt_dir), tag=tag, exclude_frozen_parameters=frozen)
     dist.barrier()
     if rank == 0:
         tags = sorted((p for p in ckpt_dir.glob("step*") if p.is_dir()), key=lambda p: int(p.name[4:]))
@@ -255,10 +260,15 @@ def load_checkpoint(engine, ckpt_dir: Path, *, rank: int) -> tuple[TrainState, i
 
     tag = latest_tag(ckpt_dir)
     saved = read_rank_state(ckpt_dir / tag, rank)  # before DeepSpeed touches the model
-    with weights_only_loads(engine):
-        load_path, _ = engine.load_checkpoint(str(ckpt_dir), tag=tag)
+    frozen = _has_frozen(engine.module)
+    with weights_only_loads(engine) as reads:  # frozen weights were left out (save_checkpoint)
+        load_path, _ = engine.load_checkpoint(str(ckpt_dir), tag=tag, load_module_strict=not frozen)
     if load_path is None:
         raise RlvrError(f"--resume: DeepSpeed found no checkpoint in {ckpt_dir / tag}")
+    missing = sorted(n for n, p in engine.module.named_parameters() if p.requires_grad and n not in reads.module_keys)
+    if missing:  # not strict about the frozen ones, so the trained ones are checked here
+        raise RlvrError(f"--resume: {ckpt_dir / tag} lacks {len(missing)} trained tensors of this model "
+                        f"({missing[0]}, ...): was the run started with another model.lora?")
     random.setstate(saved.python_rng)
     torch.set_rng_state(torch.tensor(saved.torch_rng, dtype=torch.uint8))
     return TrainState(step=saved.step, pool=saved.pool), saved.data_position
@@ -298,21 +308,26 @@ class _WeightsOnlyLoads:
 
     def __init__(self, inner):
         self._inner = inner
+        self.module_keys: set[str] = set()  # the model weights the checkpoint held
 
     def __getattr__(self, name: str):
         return getattr(self._inner, name)
 
     def load(self, path: str, map_location=None):
-        return load_weights_only(path, map_location)
+        data = load_weights_only(path, map_location)
+        if isinstance(data, dict) and isinstance(data.get("module"), dict):
+            self.module_keys |= set(data["module"])
+        return data
 
 
 @contextmanager
 def weights_only_loads(engine):
-    """DeepSpeed ``engine`` reads checkpoint files as data only while inside."""
+    """DeepSpeed ``engine`` reads checkpoint files as data only while inside; yields the reader,
+    whose ``module_keys`` are the model weights read."""
     inner = engine.checkpoint_engine
-    engine.checkpoint_engine = _WeightsOnlyLoads(inner)
+    engine.checkpoint_engine = reads = _WeightsOnlyLoads(inner)
     try:
-        yield
+        yield reads
     finally:
         engine.checkpoint_engine = inner
 
@@ -333,13 +348,19 @@ def drop_checkpoints(ckpt_dir: Path) -> None:
 FINAL_DTYPES = ("float32", "bfloat16", "float16")
 
 
-def final_dtype(setting: str, model_path: str) -> str:
-    """The dtype ``final/`` is saved in (``trainer.final_dtype``): for ``model`` the base model's
-    own (its config's ``dtype``; float32 when it names none), whatever the master weights were."""
+def final_dtype(setting: str, model_name: str, model_path: str) -> str:
+    """The dtype ``final/``'s full weights are saved in (``trainer.final_dtype``): for ``model``
+    the base model's own, whatever the master weights were: for an alias the upstream model's
+    (its pull may have widened it: bfloat16 Qwen de-quantized to float32), else its config's
+    ``dtype`` (float32 when it names none)."""
     if setting != "model":
         return setting
     from transformers import AutoConfig
 
+    from rlvr.models.pull import MODELS
+
+    if model_name in MODELS:
+        return MODELS[model_name].upstream_dtype
     dtype = getattr(AutoConfig.from_pretrained(model_path), "dtype", None)
     name = str(dtype).removeprefix("torch.") if dtype is not None else "float32"
     return name if name in FINAL_DTYPES else "float32"
@@ -352,14 +373,52 @@ def cast_state(state: dict, dtype) -> dict:
     return {k: cast.setdefault(v.data_ptr(), v.to(dtype)) if v.is_floating_point() else v for k, v in state.items()}
 
 
-def save_final(engine, tokenizer, folder: Path, *, rank: int, zero3: bool, lora: bool, dtype: str = "float32") -> None:
-    """A plain transformers folder that `rlvr eval --model` (and vLLM) can load, its weights in
-    ``dtype`` (:func:`final_dtype`), its files' modes what the umask gives a new file."""
+def _has_frozen(module) -> bool:
+    return any(not p.requires_grad for p in module.parameters())
+
+
+@contextmanager
+def frozen_left_out(engine):
+    """Inside, DeepSpeed ``engine``'s checkpoints hold none of the model's frozen weights, under
+    any of their names. DeepSpeed 0.19.8's ``exclude_frozen_parameters`` drops the names
+    ``named_parameters()`` gives, which leaves out a tied weight's second name: a LoRA
+    checkpoint of Qwen or SmolLM2 kept the frozen embedding matrix as ``lm_head.weight`` (545 MB
+    of float32 for Qwen 0.5B)."""
+    frozen = {n for n, p in engine.module.named_parameters(remove_duplicate=False) if not p.requires_grad}
+    whole = engine.module_state_dict
+
+    def trimmed(*args, **kwargs):
+        state = whole(*args, **kwargs)
+        for name in frozen:
+            state.pop(name, None)
+        return state
+
+    engine.module_state_dict = trimmed
+    try:
+        yield
+    finally:
+        del engine.module_state_dict
+
+
+def save_final(engine, tokenizer, folder: Path, *, rank: int, zero3: bool, lora: bool, dtype: str = "float32",
+               base: str = "", merged: bool = False) -> None:
+    """What `rlvr eval --model` (and vLLM, PEFT) loads, its files' modes what the umask gives a
+    new file. Full training: a plain transformers folder, its weights in ``dtype``
+    (:func:`final_dtype`). LoRA: the adapter (``rlvr.models.adapters.save_adapter``, naming the
+    model ``base``), and in ``merged/`` the base with the adapter merged in, in ``dtype``, when
+    ``merged`` (``trainer.save_merged``)."""
     import torch
 
     module = engine.module
     if lora:
-        module = module.merge_and_unload()
+        if rank == 0:
+            save_adapter(module, tokenizer, folder, base)
+            modes_follow_umask(folder, "final adapter")
+            if not merged:  # a merged copy an earlier finish of this run left would not match the adapter
+                shutil.rmtree(folder / "merged", ignore_errors=True)
+        if not merged:
+            return
+        module, folder = module.merge_and_unload(), folder / "merged"
     if zero3:
         state = engine._zero3_consolidated_16bit_state_dict()  # noqa: SLF001 - DeepSpeed's documented way
     else:

@@ -192,7 +192,8 @@ def _train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool, v
         if t.eval_at_end:
             summary["eval_after"] = evaluate("after", state.step)
         save_final(backend.engine, tokenizer, output_dir / "final", rank=rank, zero3=zero3, lora=lora,
-                   dtype=final_dtype(t.final_dtype, model_path))
+                   dtype=final_dtype(t.final_dtype, recipe.model.name, model_path), base=recipe.model.name,
+                   merged=t.save_merged)
         _finish(summary, output_dir, rank=rank, drop=t.final_checkpoint == "none")
         return summary
 

@@ -50,16 +50,62 @@ def test_two_steps_hf_sampler(tmp_path, tiny_model, test_plugin):
     assert any(not torch.equal(before[k].float(), after[k].float()) for k in before)
 
 
-def test_lora_with_gradient_checkpointing(tmp_path, tiny_model, test_plugin):
+def test_lora_with_gradient_checkpointing(tmp_path, tiny_model, test_plugin, monkeypatch):
     """LoRA adapters train, the KL reference is the adapter-free base, and gradient
-    checkpointing turns prompt sharing off (full-sequence forward passes)."""
+    checkpointing turns prompt sharing off (full-sequence forward passes). final/ is the
+    adapter (the merged model in final/merged/ only when asked), the checkpoints hold the
+    adapter and its optimizer state, not the base, --resume goes on from them, and
+    `--model RUN/final` loads the base with the adapter merged in."""
+    import torch
+    from safetensors.torch import load_file
+
+    from rlvr.training.checkpoint import load_weights_only
+
     recipe, env = make_run(tmp_path, tiny_model, test_plugin)
     out = tmp_path / "run"
-    metrics = train_two_steps(recipe, out, env, "model.lora={r: 4, alpha: 8}", "model.gradient_checkpointing=true")
+    sets = ("model.lora={r: 4, alpha: 8}", "model.gradient_checkpointing=true")
+    metrics = train_two_steps(recipe, out, env, *sets, "trainer.save_merged=true")
     assert metrics[0]["grad_norm"] > 0
     # step 0's policy is the base model itself, so its KL to the base is zero; step 1's is not
     assert metrics[0]["kl"] == pytest.approx(0.0, abs=1e-6) and metrics[1]["kl"] > 0
-    assert (out / "final" / "config.json").exists()
+    final = out / "final"
+    assert {"adapter_config.json", "adapter_model.safetensors", "rlvr_adapter.json", "tokenizer_config.json"} <= {
+        p.name for p in final.iterdir()} and not (final / "config.json").exists()
+    assert json.loads((final / "rlvr_adapter.json").read_text()) == {"base": str(Path(tiny_model).resolve())}
+    adapter = load_file(str(final / "adapter_model.safetensors"))
+    assert adapter and all("lora_" in k for k in adapter) and any(t.abs().sum() > 0 for k, t in adapter.items()
+                                                                   if "lora_B" in k)
+    # a checkpoint: the adapter's weights (and its optimizer state), none of the base's
+    states = load_weights_only(out / "checkpoints" / "step2" / "mp_rank_00_model_states.pt")
+    assert set(states["module"]) == {f"{k.removesuffix('.weight')}.default.weight" for k in adapter}
+    base_bytes = (Path(tiny_model) / "model.safetensors").stat().st_size
+    ckpt_bytes = sum(f.stat().st_size for f in (out / "checkpoints" / "step2").rglob("*") if f.is_file())
+    assert ckpt_bytes < base_bytes / 2, (ckpt_bytes, base_bytes)
+    assert (final / "merged" / "config.json").is_file() and (final / "merged" / "model.safetensors").is_file()
+
+    resumed = subprocess.run([RLVR, "train", recipe, "--output-dir", out, "--resume", "--max-steps", "3"]
+                             + [a for kv in sets for a in ("--set", kv)], env=env, capture_output=True, text=True)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert [r["step"] for r in rows(out)] == [1, 2, 3]
+    assert not (final / "merged").exists()  # not asked for this time: the last finish's is not left stale
+
+    # `--model RUN/final`: the base with the adapter merged in, made once in the cache
+    monkeypatch.setenv("RLVR_CACHE_DIR", str(tmp_path / "cache"))
+    from rlvr.models.hub import check_model_name, resolve_model
+
+    check_model_name(str(final))
+    merged = Path(resolve_model(str(final)))
+    assert merged.parent == tmp_path / "cache" / "merged" and resolve_model(str(final)) == str(merged)
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(tiny_model)
+    expected = PeftModel.from_pretrained(base, str(final)).merge_and_unload()
+    got = load_file(str(merged / "model.safetensors"))
+    for name, tensor in expected.state_dict().items():
+        if name in got:
+            assert torch.allclose(got[name], tensor, atol=1e-6), name
+    assert any(not torch.equal(got[k], v) for k, v in load_file(str(Path(tiny_model) / "model.safetensors")).items())
 
 
 def test_existing_run_needs_resume(tmp_path, tiny_model, test_plugin):
@@ -76,7 +122,6 @@ from transformers import AutoModelForCausalLM
 from rlvr.sampling.samplers import VLLMSampler
 from rlvr.training.policy import exported_weights
 
-path, dtype, way = sys.argv[1], sys.argv[2], sys.argv[3]
 exact = dtype == "float32"  # the trainer's dtype: the sampler computes what the trainer does
 # in-process: tensors handed over; else a child engine, its weights in 16 KiB buckets (a layer's
 # weights span several) through shared buffers or a gloo broadcast
@@ -144,6 +189,8 @@ worst, unsynced = gap(model), gap(start)
 print("LOGPROBS max |trainer - sampler|", worst, "against the weights before the sync", unsynced)
 assert all(len(c.logprobs) == len(c.token_ids) for c in flat) and worst < LOGPROB_TOLERANCE[dtype], worst
 assert unsynced > 10 * LOGPROB_TOLERANCE[dtype], unsynced  # the tolerance would catch a sync that did nothing
+sampler.close()
+print("DONE", dtype, way, flush=True)
 '''
 
 # Largest |trainer - sampler| log-prob of a sampled token with the same weights, by the sampler's
@@ -151,26 +198,28 @@ assert unsynced > 10 * LOGPROB_TOLERANCE[dtype], unsynced  # the tolerance would
 # 2e-6); bfloat16 rounds weights and activations to 8 significant bits (measured 1.7e-2; a sync
 # that did nothing: 2.4).
 LOGPROB_TOLERANCE = {"float32": 2e-3, "bfloat16": 6e-2}
-# in a function under a main guard: a child engine's process is spawned, and imports the script
-SYNC_CHECK = (f"LOGPROB_TOLERANCE = {LOGPROB_TOLERANCE!r}\n\n\ndef main():\n" + textwrap.indent(SYNC_CHECK, "    ")
-              + '\n\nif __name__ == "__main__":\n    main()\n')
+# in a function under a main guard: a child engine's process is spawned, and imports the script.
+# One process checks every case of a model, one sampler after another (vLLM imported once).
+SYNC_CHECK = (f"LOGPROB_TOLERANCE = {LOGPROB_TOLERANCE!r}\n\n\ndef check(path, dtype, way):\n"
+              + textwrap.indent(SYNC_CHECK, "    ") + '\n\nif __name__ == "__main__":\n    import sys\n'
+              '    for case in sys.argv[2:]:\n        check(sys.argv[1], *case.split(":"))\n')
 
 
-@pytest.mark.parametrize("dtype, way, model", [
-    ("float32", "in-process", "tiny_model"), ("bfloat16", "in-process", "tiny_model"),  # pinned: "auto" is either
-    pytest.param("float32", "shared", "tiny_model"),  # a child engine: two ways in
-    pytest.param("float32", "broadcast", "tiny_model"),
+@pytest.mark.parametrize("model, cases", [
+    # pinned: "auto" is either dtype; a child engine ("shared", "broadcast"): two ways in
+    ("tiny_model", ["float32:in-process", "bfloat16:in-process", "float32:shared", "float32:broadcast"]),
     # Qwen2 (Qwen2.5-Coder): q/k/v biases and an untied output head, in process and by broadcast
-    pytest.param("float32", "in-process", "tiny_qwen2"),
-    pytest.param("bfloat16", "broadcast", "tiny_qwen2"),
+    ("tiny_qwen2", ["float32:in-process", "bfloat16:broadcast"]),
 ])
-def test_vllm_weight_sync_matches_trainer(tmp_path, request, dtype, way, model):
+def test_vllm_weight_sync_matches_trainer(tmp_path, request, model, cases):
     script = tmp_path / "sync_check.py"
     script.write_text(SYNC_CHECK)
-    done = subprocess.run([sys.executable, str(script), str(request.getfixturevalue(model)), dtype, way],
+    done = subprocess.run([sys.executable, str(script), str(request.getfixturevalue(model)), *cases],
                           capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "SYNC" in done.stdout
+    assert done.returncode == 0, f"after {done.stdout.count('DONE')} of {cases}: {done.stderr[-3000:]}"
+    assert [line.split()[1:] for line in done.stdout.splitlines() if line.startswith("DONE")] == [
+        case.split(":") for case in cases]
+    assert done.stdout.count("SYNC") == len(cases)
 
 
 def test_two_steps_vllm_sampler(tmp_path, tiny_model, test_plugin):

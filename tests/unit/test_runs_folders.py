@@ -79,8 +79,18 @@ def test_final_dtype_model_is_the_base_models_own(tmp_path, saved, expected):
     config = {"model_type": "llama", "vocab_size": 8, "hidden_size": 8, "num_hidden_layers": 1,
               "num_attention_heads": 1, **({"dtype": saved} if saved else {})}
     (tmp_path / "config.json").write_text(json.dumps(config))
-    assert final_dtype("model", str(tmp_path)) == expected
-    assert final_dtype("float32", str(tmp_path)) == "float32"
+    assert final_dtype("model", str(tmp_path), str(tmp_path)) == expected
+    assert final_dtype("float32", str(tmp_path), str(tmp_path)) == "float32"
+
+
+def test_final_dtype_model_of_an_alias_is_the_upstream_models_not_the_pulls(tmp_path):
+    """The pulled Qwen 0.5B and SmolLM2 folders are float32 (de-quantized GGUF); their models are bfloat16."""
+    from rlvr.training.checkpoint import final_dtype
+
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "dtype": "float32"}))
+    for alias in ("smollm2-135m-instruct", "qwen2.5-coder-0.5b-instruct", "qwen2.5-coder-1.5b-instruct"):
+        assert final_dtype("model", alias, str(tmp_path)) == "bfloat16"
+        assert final_dtype("float16", alias, str(tmp_path)) == "float16"
 
 
 def test_a_finished_run_without_checkpoints_is_not_offered_to_resume(tmp_path):
