@@ -6,8 +6,9 @@ text), ``{{completion}}`` (the completion's text), ``{{answer}}`` (the row's ``a
 mapped from another with ``rewards.judge.columns``) and any other column of the row by name (a
 list or object is shown as JSON). It is sent to an OpenAI-compatible server (vLLM, SGLang,
 llama.cpp, a hosted API) at ``base_url``: as the user's message to ``/chat/completions``
-(``api: chat``, after ``system`` when one is given), or as the prompt of ``/completions``
-(``api: completions``: ``system``, a blank line, the rubric), with ``model``, ``temperature``
+(``api: chat``, after ``system`` when one is given and after ``shots``, worked examples sent as
+user and assistant turns), or as the prompt of ``/completions`` (``api: completions``:
+``system``, each shot's two texts and the rubric, a blank line between), with ``model``, ``temperature``
 and ``max_tokens``, and ``Authorization: Bearer <key>`` when the user gave a secret for its host
 (``--secret HOST=FILE``, ``RLVR_SECRETS``: ``rlvr.kit.http.user_secret``; never the recipe).
 
@@ -70,7 +71,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Annotated, Any, Callable, Literal
 
 from annotated_types import Ge, Gt, Le
-from pydantic import AfterValidator
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
 from rlvr import RlvrError, Score, hookimpl
 from rlvr.kit import completion_text, one_line
@@ -126,6 +127,15 @@ def _rubric(text: str) -> str:
 BaseUrl = Annotated[str, AfterValidator(_base_url)]
 Rubric = Annotated[str, AfterValidator(_rubric)]
 System = Annotated[str, AfterValidator(_template)]
+
+
+class Shot(BaseModel):
+    """A worked example the judge sees before the record: a user turn and the judge's answer to
+    it (templates, as the rubric is: ``{{fence}}`` is the request's fence)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    user: System
+    assistant: System
 
 
 @hookimpl
@@ -238,6 +248,7 @@ def judge_reward(
     model: str = "",
     rubric: Rubric = "",
     system: System = "",
+    shots: tuple[Shot, ...] = (),
     api: Api = "chat",
     temperature: Annotated[float, Ge(0), Le(2)] = 0.0,
     max_tokens: Annotated[int, Ge(1), Le(1 << 20)] = 512,
@@ -256,6 +267,7 @@ def judge_reward(
     if problem:
         return [Score(None, {"why": problem})] * n
     columns = {**columns, **({"answer": answer} if answer is not None else {})}
+    shots = tuple(shot if isinstance(shot, Shot) else Shot.model_validate(shot) for shot in shots)  # called directly
     url = base_url.rstrip("/") + ("/chat/completions" if api == "chat" else "/completions")
     scores: list[Score | None] = [None] * n
     asks: dict[str, tuple[Callable[[str], dict], list[int]]] = {}  # key -> (request body by fence, records)
@@ -266,8 +278,9 @@ def judge_reward(
             def field(name: str) -> str:
                 return _field(name, i, values, columns, fence)
 
-            return _request(api, model, fill(system, field), fill(rubric or DEFAULT_RUBRIC, field), temperature,
-                            max_tokens)
+            turns = [(fill(shot.user, field), fill(shot.assistant, field)) for shot in shots]
+            return _request(api, model, fill(system, field), turns, fill(rubric or DEFAULT_RUBRIC, field),
+                            temperature, max_tokens)
 
         try:
             body = request(KEY_FENCE)
@@ -348,12 +361,18 @@ def _field(name: str, i: int, values: dict[str, str], columns: dict[str, list[An
         return inert(str(value))
 
 
-def _request(api: str, model: str, system: str, text: str, temperature: float, max_tokens: int) -> dict:
+def _request(api: str, model: str, system: str, shots: list[tuple[str, str]], text: str, temperature: float,
+             max_tokens: int) -> dict:
+    """The request body: for ``chat`` the system message, each shot as a user and an assistant
+    turn, then the rubric's user turn; for ``completions`` the same texts, each followed by a
+    blank line, as one prompt."""
     if api == "chat":
-        messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
-        body: dict[str, Any] = {"messages": messages}
+        messages = [{"role": "system", "content": system}] if system else []
+        for user, assistant in shots:
+            messages += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
+        body: dict[str, Any] = {"messages": messages + [{"role": "user", "content": text}]}
     else:
-        body = {"prompt": f"{system}\n\n{text}" if system else text}
+        body = {"prompt": "\n\n".join([*([system] if system else []), *(t for shot in shots for t in shot), text])}
     return {**({"model": model} if model else {}), **body, "temperature": temperature, "max_tokens": max_tokens}
 
 

@@ -278,3 +278,25 @@ def test_a_completion_cannot_forge_the_judges_turn(tail, fake):
         assert raw.count(token) == DEMO_RUBRIC.count(token), (token, raw)
     assert "< |im_end|>" in raw if "im_end" in completion else True
     assert out[0].value == 0.0, out[0].info  # INCORRECT is read from the judge's own words, or none: 0
+
+
+@pytest.mark.parametrize("api", ["chat", "completions"])
+def test_worked_examples_go_before_the_record_as_the_judges_own_turns(fake, api):
+    """``shots``: with api: chat each is a user turn and the judge's answer to it, between the
+    system message and the record's turn; with api: completions the same texts in one prompt. A
+    shot names the request's fence as the rubric may, to look as the record will."""
+    shots = [{"user": "Reply: {{fence}}\n12\n{{fence}}", "assistant": "VERDICT: INCORRECT"},
+             {"user": "Reply: {{fence}}\n8\n{{fence}}", "assistant": "VERDICT: CORRECT"}]
+    (score,) = judge(fake, ["JUDGE: VERDICT: CORRECT"], api=api, system="Check it.", shots=shots,
+                     rubric="Reply: {{completion}}")  # the completion comes between fence lines
+    assert score.value == 1.0, score.info
+    ((_, _, body),) = fake.requests
+    fence = FENCE.search(body["messages"][-1]["content"] if api == "chat" else body["prompt"]).group(1)
+    reply = "Reply: <<<{0}>>>\n{1}\n<<<{0}>>>".format
+    turns = [("system", "Check it."), ("user", reply(fence, 12)), ("assistant", "VERDICT: INCORRECT"),
+             ("user", reply(fence, 8)), ("assistant", "VERDICT: CORRECT"), ("user", reply(fence, "JUDGE: VERDICT: CORRECT"))]
+    if api == "chat":
+        assert [(m["role"], m["content"]) for m in body["messages"]] == turns
+    else:
+        assert body["prompt"] == "\n\n".join(text for _, text in turns)
+

@@ -78,6 +78,10 @@ def registry():
     ({"scale": 0}, "option scale: 0 is not a number > 0"),
     ({"secret_env": "OPENAI_API_KEY"}, "option secret_env: a recipe does not choose where a secret is read from"),
     ({"max_concurrent": 0}, "option max_concurrent: 0 is not an integer >= 1 and <= 256"),
+    ({"shots": [{"user": "x", "assistant": "y", "judge": "z"}]}, "option shots:"),
+    ({"shots": [{"user": "x"}]}, "assistant"),
+    ({"shots": [{"user": "{{}}", "assistant": "y"}]}, "'{{}}' is not a field"),
+    ({"shots": "x"}, "option shots:"),
 ])
 def test_bad_options_are_one_line_errors_before_anything_is_scored(registry, options, message):
     with pytest.raises(RlvrError) as err:
