@@ -44,8 +44,9 @@ Tools = Mapping[str, Callable] | Sequence[Callable] | Callable
 
 @dataclass(frozen=True)
 class TrainResult:
-    """What ``rlvr.api.train`` leaves: the run's folder, its final model (a transformers folder), the
-    summary (held-out accuracy before and after, when the recipe evaluates) and its metrics."""
+    """What ``rlvr.api.train`` leaves: the run's folder, its final model (a transformers folder, or
+    for a LoRA run its adapter, which ``evaluate`` and every ``--model`` load merged into the
+    base), the summary (held-out accuracy before and after, when the recipe evaluates) and its metrics."""
 
     output_dir: Path
     summary: dict[str, Any]

@@ -80,6 +80,23 @@ def check_adapter_folder(folder: Path) -> str:
     return base
 
 
+def root_base(folder: Path, limit: int = 8) -> str:
+    """The model at the end of an adapter folder's chain of bases (an adapter trained on a LoRA
+    run's ``final/`` names that folder as its base): a name that is not an adapter folder. Each
+    folder is checked (:func:`check_adapter_folder`); a loop, or more than ``limit`` links, is one line."""
+    seen = [folder.resolve()]
+    while True:
+        base = check_adapter_folder(Path(seen[-1]))
+        path = Path(base).expanduser()
+        if not (path.is_dir() and is_adapter_folder(path)):
+            return base
+        if path.resolve() in seen or len(seen) >= limit:
+            chain = " -> ".join(map(str, [*seen, path.resolve()]))
+            why = "form a loop" if path.resolve() in seen else f"go on past {limit} adapters"
+            raise RlvrError(f"adapter folder {folder}: its base models {why} ({chain})")
+        seen.append(path.resolve())
+
+
 def merged_copy(folder: Path, base: str, base_path: str, *, pull: bool = True) -> str:
     """The folder of the adapter ``folder``'s base model (``base``, :func:`check_adapter_folder`'s;
     loaded from ``base_path``) with the adapter merged in, made on first use (rank 0 and ``rlvr``
@@ -140,4 +157,5 @@ def save_adapter(module, tokenizer, folder: Path, base: str) -> None:
     write_replacing(folder / ADAPTER_NOTE, json.dumps({"base": base_name(base)}, indent=2) + "\n")
 
 
-__all__ = ["ADAPTER_NOTE", "adapter_base", "check_adapter_folder", "is_adapter_folder", "merged_copy", "save_adapter"]
+__all__ = ["ADAPTER_NOTE", "adapter_base", "check_adapter_folder", "is_adapter_folder", "merged_copy", "root_base",
+           "save_adapter"]

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from rlvr import RlvrError
-from rlvr.models.adapters import adapter_base, check_adapter_folder, is_adapter_folder, merged_copy
+from rlvr.models.adapters import check_adapter_folder, is_adapter_folder, merged_copy, root_base
 from rlvr.models.pull import MODELS as ALIASES
 from rlvr.models.pull import model_dir, pull_model
 
@@ -53,8 +53,8 @@ def check_model_name(name: str) -> None:
         return
     folder = Path(name).expanduser()
     if folder.is_dir():
-        if is_adapter_folder(folder):
-            check_model_name(check_adapter_folder(folder))
+        if is_adapter_folder(folder):  # every adapter of its chain checked; then the model at its end
+            check_model_name(root_base(folder))
             return
         if not (folder / "config.json").is_file():
             raise RlvrError(f"model folder {name}: no config.json in it (not a transformers model folder)")
@@ -86,9 +86,8 @@ def hub_problem(name: str) -> str | None:
     while the hub is unreachable or HF_HUB_OFFLINE is set; None for one that can, an alias
     (pulled without the hub) or a folder."""
     folder = Path(name).expanduser()
-    if folder.is_dir() and is_adapter_folder(folder):  # a hub id it names as its base must be at hand
-        base = adapter_base(folder)
-        return None if Path(base).expanduser().resolve() == folder.resolve() else hub_problem(base)
+    if folder.is_dir() and is_adapter_folder(folder):  # a hub id at the end of its chain of bases must be at hand
+        return hub_problem(root_base(folder))
     if name in ALIASES or folder.is_dir() or in_hub_cache(name):
         return None
     from rlvr.kit.data import hub_reachable

@@ -4,6 +4,7 @@ and the training that writes the folder: tests/e2e/test_training_engine.py::test
 
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -93,3 +94,24 @@ def test_a_finished_lora_run_without_checkpoints_names_its_adapter_to_start_from
     (tmp_path / "metrics.jsonl").write_text('{"step": 1}\n')
     with pytest.raises(RlvrError, match=f"start from it with --model {tmp_path / 'final'}"):
         check_output_dir(tmp_path, resume=False)
+
+
+def test_a_chain_of_adapters_is_followed_to_its_model_and_a_loop_is_one_line(tmp_path, monkeypatch):
+    """An adapter trained on a LoRA run's final/ names that folder as its base: the chain is
+    checked to the model at its end; folders that name each other in a loop are refused."""
+    from rlvr.kit import data
+    from rlvr.models import hub
+
+    first = adapter(tmp_path / "first", base="org/m")
+    second = adapter(tmp_path / "second", base=str(first))
+    hub.check_model_name(str(second))
+    monkeypatch.setattr(hub, "in_hub_cache", lambda name: False)
+    monkeypatch.setattr(data, "hub_reachable", lambda timeout=3.0: False)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    with pytest.raises(RlvrError, match="^model 'org/m': the hub cannot be reached"):
+        hub.check_model_at_hand(str(second))
+    (first / "rlvr_adapter.json").write_text(json.dumps({"base": str(second)}))
+    for check in (hub.check_model_name, hub.check_model_at_hand):
+        with pytest.raises(RlvrError, match=r"adapter folder .*second: its base models form a loop \(.*second -> "
+                                            r".*first -> .*second\)"):
+            check(str(second))
