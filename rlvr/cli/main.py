@@ -146,7 +146,8 @@ def validate(recipes, overrides, profile, data, import_code):
     reward is imported (and its columns and options checked) only with --import, a tool always
     (its schema is built from its code). Of several recipes each is checked and reported; the
     exit status is 2 if any failed."""
-    from rlvr.models.hub import hub_problem
+    from rlvr.models.hub import hub_problem, local_folder
+    from rlvr.models.tokens import untrained_tokens_note
     from rlvr.recipe.load import recipe_profiles
     from rlvr.recipe.rows import check_data_files, check_rows
 
@@ -189,6 +190,10 @@ def validate(recipes, overrides, profile, data, import_code):
             problem = hub_problem(model)
             if problem:
                 click.echo(f"{path}: note: {problem}: a run on this machine needs it in the hub cache first")
+            folder = local_folder(model) if recipe.environment is not None else None
+            note = untrained_tokens_note(model, folder) if folder else None
+            if note:
+                click.echo(f"{path}: note: {note}")
         checked = f"; checked with profiles: {', '.join(profiles)}" if profiles else ""
         click.echo(f"{path}: ok ({recipe.task.name}, rewards: {', '.join(recipe.rewards)}, "
                    f"{recipe.prompts_per_step} prompts x {recipe.sampling.num_generations} samples a step{checked})")

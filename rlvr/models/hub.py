@@ -81,6 +81,19 @@ def check_model_at_hand(name: str) -> None:
         raise RlvrError(f"{problem} ({KINDS}; a hub id is downloaded once where the hub can be reached)")
 
 
+def local_folder(name: str) -> Path | None:
+    """The folder model ``name`` is read from when it is on this machine, without pulling or
+    merging: a pulled alias's, a model folder, an adapter folder's model at the end of its chain
+    of bases (LoRA leaves the embeddings as they were); None for a hub id or an alias not pulled."""
+    if name in ALIASES:
+        folder = model_dir(name)
+        return folder if (folder / "config.json").exists() else None
+    folder = Path(name).expanduser()
+    if not folder.is_dir():
+        return None
+    return local_folder(root_base(folder)) if is_adapter_folder(folder) else folder
+
+
 def hub_problem(name: str) -> str | None:
     """Why the model ``name`` cannot be had on this machine now: a hub id not in the hub cache
     while the hub is unreachable or HF_HUB_OFFLINE is set; None for one that can, an alias

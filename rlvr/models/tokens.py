@@ -1,10 +1,15 @@
-"""Token batches and end-of-sequence ids, as sampling and training both need them."""
+"""Token batches and end-of-sequence ids, as sampling and training both need them, and the
+special tokens a model never learnt."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Iterable, Sequence
 
-
+# Two embedding rows closer than this (cosine) are one vector: trained rows of distinct tokens
+# are far apart (Qwen2.5-Coder-0.5B's trained special tokens: at most 0.93 from its shared row).
+SAME_ROW = 0.999
 
 def pad_batch(rows: Iterable[Sequence[int]], pad: int, *, left: bool, width: int | None = None):
     """``(ids, mask)`` LongTensors ``[B, width]``: rows padded with ``pad`` on the left (prompts,
@@ -40,3 +45,70 @@ def eos_ids(tokenizer, model=None) -> list[int]:
         extra = config.eos_token_id if config is not None else None
     ids += extra if isinstance(extra, list) else [extra] if extra is not None else []
     return sorted(set(ids))
+
+
+def shared_rows(rows) -> list[bool]:
+    """For each row of a ``[n, d]`` tensor: whether another row is the same vector (cosine
+    >= ``SAME_ROW``). A model's never-trained tokens keep the one row they were initialised to,
+    so two distinct tokens that share a row are tokens the model cannot tell apart."""
+    import torch
+
+    unit = torch.nn.functional.normalize(rows.float(), dim=1)
+    close = (unit @ unit.T) >= SAME_ROW
+    close.fill_diagonal_(False)
+    return close.any(dim=1).tolist()
+
+
+def untrained_template_tokens(folder: str | Path) -> list[str]:
+    """The special tokens a local model's chat template writes that the model never learnt:
+    added tokens whose input embedding row is shared with other added tokens. The model reads
+    them as the same blank and gives them the probability of its unused tokens, so it will not
+    write them. Qwen2.5-Coder-0.5B-Instruct's ``<tool_call>`` and ``</tool_call>`` share one
+    row with 11 unused vision and box tokens: its template's tool-call tags. Reads the
+    tokenizer, the template and a few rows of a ``model.safetensors`` folder, nothing else ([]
+    for anything else: a hub id, pickled weights, sharded or unnamed embeddings)."""
+    folder = Path(folder)
+    try:
+        added = {t["id"]: t["content"] for t in json.loads((folder / "tokenizer.json").read_text())["added_tokens"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    template = _chat_template(folder)
+    if not template or len(added) < 2 or not (folder / "model.safetensors").is_file():
+        return []
+    import torch
+    from safetensors import safe_open
+
+    with safe_open(str(folder / "model.safetensors"), "pt") as weights:
+        names = [k for k in weights.keys() if k.endswith("embed_tokens.weight")]
+        if len(names) != 1:
+            return []
+        table = weights.get_slice(names[0])
+        ids = sorted(i for i in added if i < table.get_shape()[0])
+        if len(ids) < 2:
+            return []
+        rows = torch.stack([table[i:i + 1][0] for i in ids])
+    return [added[i] for i, shared in zip(ids, shared_rows(rows)) if shared and added[i] in template]
+
+
+def _chat_template(folder: Path) -> str:
+    """The chat template's text: ``chat_template.jinja``, else the tokenizer config's."""
+    try:
+        return (folder / "chat_template.jinja").read_text()
+    except OSError:
+        pass
+    try:
+        template = json.loads((folder / "tokenizer_config.json").read_text()).get("chat_template") or ""
+    except (OSError, ValueError, AttributeError):
+        return ""
+    return template if isinstance(template, str) else json.dumps(template)
+
+
+def untrained_tokens_note(name: str, folder: str | Path) -> str | None:
+    """A one-line note when model ``name`` (at ``folder``) never learnt some of its chat
+    template's special tokens, for a multi-turn recipe: None when it learnt them all."""
+    tokens = untrained_template_tokens(folder)
+    if not tokens:
+        return None
+    return (f"model {name} never learnt {', '.join(tokens)} of its chat template (their embedding row is "
+            "shared with unused tokens): it will not write them, so a tools environment under parser: "
+            "hermes will see none of its calls; parser: auto reads the calls it does write")
