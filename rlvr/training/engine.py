@@ -123,6 +123,9 @@ def _train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool, v
         device, model_path = _start_ranks(recipe, rank, world, local_rank, policy)
         log.info(f"device: {policy.describe()}; trainer in {policy.trainer_dtype(recipe.model.dtype)}, weights in "
                  f"{policy.weights_dtype(recipe.model.dtype)}{', autocast' if policy.autocast(recipe.model.dtype) else ''}")
+        slow = policy.emulated_bf16(recipe.model.dtype, recipe.sampling.dtype)
+        if slow:
+            log.warning(slow)
         tokenizer = load_tokenizer(model_path, recipe.model.name)
         train_set, eval_set = _prompt_sets(recipe, registry, tokenizer)
         backend, ref_model, zero_stage = build_policy(recipe, model_path, world=world, device=device, policy=policy)

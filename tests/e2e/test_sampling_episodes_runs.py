@@ -49,7 +49,9 @@ def test_training_with_the_python_environment(tmp_path, tiny_model, test_plugin)
 
     recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="hf")
     env["RLVR_LOAD_PLUGINS"] += ",python_env,environment"
-    metrics = train_two_steps(recipe, tmp_path / "run", env, "environment.name=python",
+    (tmp_path / "cpuinfo").write_text("flags\t\t: fpu avx2 avx512f avx512bw\n")  # a CPU without bf16
+    env["RLVR_CPUINFO"] = str(tmp_path / "cpuinfo")
+    metrics = train_two_steps(recipe, tmp_path / "run", env, "model.dtype=bfloat16", "environment.name=python",
                               "environment.options={timeout_s: 2.0}", "environment.max_tokens=40",
                               "rewards={even_tokens: 1.0, tool_call: 0.2}", "eval.correctness_reward=tool_call",
                               "trainer.stuck_reward_steps=2", "trainer.samples_every=2")
@@ -58,6 +60,8 @@ def test_training_with_the_python_environment(tmp_path, tiny_model, test_plugin)
     assert [r["task_accuracy"] for r in metrics] == [0.0, 0.0]
     log = (tmp_path / "run" / "train.log").read_text()
     assert log.count("reward stuck at 0: 'tool_call' scored 0 or less for every sample of the last 2 steps") == 1
+    assert log.count("model.dtype: bfloat16 on a CPU without bf16 instructions (avx512_bf16, amx_bf16) is emulated") == 1
+    assert "never learnt" not in log  # the tiny model's tokens each have a row of their own
     samples = [json.loads(line) for line in (tmp_path / "run" / "samples.jsonl").read_text().splitlines()]
     assert {r["step"] for r in samples} == {2} and all(r["rewards"]["tool_call"] == 0.0 for r in samples)
 

@@ -153,6 +153,17 @@ def test_fp16_needs_cuda():
     assert CUDA.dtype_problem("float16") is None and AS_ON_CUDA.dtype_problem("float16") is None
 
 
+def test_bfloat16_pinned_on_a_cpu_without_it_is_named_with_the_way_out():
+    note = CPU.emulated_bf16("bfloat16", "bfloat16")
+    assert note.startswith("model.dtype and sampling.dtype: bfloat16 on a CPU without bf16 instructions")
+    assert "dtype: auto is float32 here" in note
+    assert CPU.emulated_bf16("auto", "bfloat16").startswith("sampling.dtype:")
+    # auto, float32, a CPU that has bf16, or a GPU: nothing to say
+    assert CPU.emulated_bf16("auto") is None and CPU.emulated_bf16("float32", "float32") is None
+    assert CPU_BF16.emulated_bf16("bfloat16", "bfloat16") is None
+    assert CUDA.emulated_bf16("bfloat16") is None and AS_ON_CUDA.emulated_bf16("bfloat16") is None
+
+
 def test_vllm_takes_float16_on_a_card_without_bfloat16():
     """vLLM 0.32 refuses bfloat16 below compute capability 8.0 (platforms/cuda.py): a T4 or V100
     samples in float16 by default."""
