@@ -57,7 +57,7 @@ from rlvr.sampling.server import connect_samplers, run_evaluates, run_lengths
 from rlvr.training.checkpoint import (TrainState, check_output_dir, drop_checkpoints, final_dtype, load_checkpoint,
                                      save_checkpoint, save_final, stop_requests)
 from rlvr.training.learner import Learner, is_correction_mode
-from rlvr.training.policy import build_policy, lr_multiplier, say_first_build, sync_weights
+from rlvr.training.policy import build_policy, lr_multiplier, sync_weights, without_shm_inference_op
 from rlvr.training.pool import prompt_source
 from rlvr.training.report import StepReport
 from rlvr.training.rollout import Pipeline, RolloutProducer
@@ -213,8 +213,8 @@ def _start_ranks(recipe: Recipe, rank: int, world: int, local_rank: int, policy:
     import torch.distributed as dist
 
     init_default_group(policy.dist_backend(), rank, world)  # on loopback when the run keeps to this host
-    if not policy.cuda:  # only rank 0's log reaches the terminal
-        say_first_build("deepspeed_shm_comm", "its shared-memory op for CPU ranks")
+    if not policy.cuda:
+        without_shm_inference_op()
     deepspeed.init_distributed(dist_backend=policy.dist_backend())  # adopts it
     device = policy.device(local_rank)
     policy.bind(device)

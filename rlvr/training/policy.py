@@ -63,14 +63,33 @@ def deepspeed_config(trainer, *, world: int, zero_stage: int, bf16: bool, fp16: 
     return config
 
 
+def without_shm_inference_op() -> None:
+    """Keep DeepSpeed from compiling its shared-memory all-reduce for CPU ranks
+    (``deepspeed_shm_comm``: 67 s on 2 cores the first time, and again for each new Python
+    environment, since the build's key holds its paths). Its process group builds it on start
+    for ``inference_all_reduce`` alone, which only tensor-parallel inference calls; ZeRO's
+    collectives are torch.distributed's, and ``inference_all_reduce`` without it is the process
+    group's ``all_reduce``. For the DeepSpeed versions that build it so (``build_shm_op``); a
+    version without that function is left as it is."""
+    from importlib import import_module
+
+    backend = import_module("deepspeed.comm.torch")  # `import ... as` would give torch: deepspeed.comm re-exports it
+    if hasattr(backend, "build_shm_op"):
+        backend.build_shm_op = _no_shm_op
+
+
+def _no_shm_op():
+    return None
+
+
 def say_first_build(extension: str, what: str) -> None:
     """DeepSpeed compiles some of its C++ extensions the first time a run needs them, silently
-    (about a minute on 2 cores): say so, so that a first run does not look hung."""
+    (its CPU Adam: 109 s on 2 cores): say so, so that a first run does not look hung."""
     from torch.utils.cpp_extension import _get_build_directory
 
     folder = Path(_get_build_directory(extension, verbose=False))
     if not any(folder.glob(f"{extension}*.so")):
-        log.info(f"DeepSpeed builds {what} ({extension}) once, into {folder}: about a minute on 2 cores; "
+        log.info(f"DeepSpeed builds {what} ({extension}) once, into {folder}: about two minutes on 2 cores; "
                  "later runs load it")
 
 

@@ -393,17 +393,33 @@ def test_the_progress_bar_estimates_the_time_left_from_the_second_step(tmp_path)
 
 
 def test_a_deepspeed_extension_built_the_first_time_is_announced_and_not_after(tmp_path, monkeypatch, caplog):
-    """The first run on a machine waits about a minute while DeepSpeed compiles its CPU ops, with
-    nothing on the terminal: rlvr says so first, and says nothing once the build is there."""
+    """The first run with trainer.offload_optimizer waits while DeepSpeed compiles its CPU Adam,
+    with nothing on the terminal: rlvr says so first, and says nothing once the build is there."""
     import logging
 
     from rlvr.training.policy import say_first_build
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
     with caplog.at_level(logging.INFO, logger="rlvr.training.policy"):
-        say_first_build("deepspeed_shm_comm", "its shared-memory op")
-        (tmp_path / "deepspeed_shm_comm" / "deepspeed_shm_comm.so").write_bytes(b"")
-        say_first_build("deepspeed_shm_comm", "its shared-memory op")
+        say_first_build("cpu_adam", "its CPU Adam")
+        (tmp_path / "cpu_adam" / "cpu_adam.so").write_bytes(b"")
+        say_first_build("cpu_adam", "its CPU Adam")
     assert [r.getMessage() for r in caplog.records] == [
-        f"DeepSpeed builds its shared-memory op (deepspeed_shm_comm) once, into {tmp_path / 'deepspeed_shm_comm'}: "
-        "about a minute on 2 cores; later runs load it"]
+        f"DeepSpeed builds its CPU Adam (cpu_adam) once, into {tmp_path / 'cpu_adam'}: "
+        "about two minutes on 2 cores; later runs load it"]
+
+
+def test_cpu_ranks_start_without_deepspeeds_shared_memory_inference_op(monkeypatch):
+    """DeepSpeed's CPU process group compiles deepspeed_shm_comm (67 s on 2 cores, again in each
+    new environment) for inference_all_reduce alone: rlvr's ranks start without it, and that
+    all-reduce is then the process group's."""
+    from importlib import import_module
+
+    from rlvr.training.policy import without_shm_inference_op
+
+    backend = import_module("deepspeed.comm.torch")
+    monkeypatch.setattr(backend, "build_shm_op", backend.build_shm_op)  # put back after the test
+    built = []
+    monkeypatch.setattr(backend.get_accelerator(), "create_op_builder", lambda name: built.append(name))
+    without_shm_inference_op()
+    assert backend.build_shm_op() is None and built == []  # not even asked for
