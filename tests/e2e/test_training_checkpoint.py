@@ -27,10 +27,12 @@ SCRIPT = textwrap.dedent('''
     from rlvr.models.distributed import process_group_scope
     from rlvr.training.checkpoint import TrainState, deepspeed_safe_globals, load_checkpoint, save_checkpoint
     from rlvr.training.engine import distributed_env
+    from rlvr.training.policy import without_shm_inference_op
     from rlvr.training.pool import PromptPool
 
     mode, ckpt_dir = sys.argv[1], Path(sys.argv[2])
     distributed_env()
+    without_shm_inference_op()  # as rlvr's ranks start
     with process_group_scope():
         deepspeed.init_distributed(dist_backend="gloo")
         cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,

@@ -26,9 +26,10 @@ from rlvr.models.distributed import process_group_scope
 from rlvr.recipe.spec import AlgorithmConfig, TrainerConfig
 from rlvr.sampling.samplers import Completion
 from rlvr.training.learner import Learner
-from rlvr.training.policy import DeepSpeedBackend, deepspeed_config
+from rlvr.training.policy import DeepSpeedBackend, deepspeed_config, without_shm_inference_op
 from rlvr.training.rollout import Rollout
 
+without_shm_inference_op()  # as rlvr's ranks start
 with process_group_scope():
     deepspeed.init_distributed(dist_backend="gloo")
     rank = torch.distributed.get_rank()
