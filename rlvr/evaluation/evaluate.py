@@ -154,13 +154,14 @@ def _load_and_evaluate(recipe: Recipe, registry: Registry, keep_samples: bool,
                        label: str) -> tuple[dict, list[dict], PromptSet]:
     """Load the model into a sampler of its own and evaluate the recipe's eval split with it."""
     from rlvr.kit.device import device_policy
-    from rlvr.models.hub import load_tokenizer, resolve_model
+    from rlvr.models.hub import load_tokenizer, local_folder, resolve_model
     from rlvr.models.tokens import untrained_tokens_note
     from rlvr.sampling.samplers import make_sampler
 
     model_path = resolve_model(recipe.model.name)
     notes = [device_policy().emulated_bf16("auto", recipe.sampling.dtype),
-             untrained_tokens_note(recipe.model.name, model_path) if recipe.environment else None]
+             untrained_tokens_note(recipe.model.name, local_folder(recipe.model.name) or model_path)
+             if recipe.environment else None]
     for note in filter(None, notes):
         log.warning(note)
     tokenizer = load_tokenizer(model_path, recipe.model.name)

@@ -82,16 +82,23 @@ def check_model_at_hand(name: str) -> None:
 
 
 def local_folder(name: str) -> Path | None:
-    """The folder model ``name`` is read from when it is on this machine, without pulling or
-    merging: a pulled alias's, a model folder, an adapter folder's model at the end of its chain
-    of bases (LoRA leaves the embeddings as they were); None for a hub id or an alias not pulled."""
+    """The folder model ``name`` is read from when it is on this machine, without pulling,
+    merging or the network: a pulled alias's, a model folder, a hub id's snapshot in the hub
+    cache, an adapter folder's model at the end of its chain of bases (LoRA leaves the
+    embeddings as they were); None for anything else."""
     if name in ALIASES:
         folder = model_dir(name)
         return folder if (folder / "config.json").exists() else None
     folder = Path(name).expanduser()
-    if not folder.is_dir():
+    if folder.is_dir():
+        return local_folder(root_base(folder)) if is_adapter_folder(folder) else folder
+    from huggingface_hub import try_to_load_from_cache
+
+    try:
+        config = try_to_load_from_cache(name, "config.json")
+    except ValueError:  # not a valid repo id
         return None
-    return local_folder(root_base(folder)) if is_adapter_folder(folder) else folder
+    return Path(config).parent if isinstance(config, str) else None
 
 
 def hub_problem(name: str) -> str | None:

@@ -65,29 +65,48 @@ def untrained_template_tokens(folder: str | Path) -> list[str]:
     them as the same blank and gives them the probability of its unused tokens, so it will not
     write them. Qwen2.5-Coder-0.5B-Instruct's ``<tool_call>`` and ``</tool_call>`` share one
     row with 11 unused vision and box tokens: its template's tool-call tags. Reads the
-    tokenizer, the template and a few rows of a ``model.safetensors`` folder, nothing else ([]
-    for anything else: a hub id, pickled weights, sharded or unnamed embeddings)."""
+    tokenizer, the template and a few rows of the embedding from safetensors (one file, or the
+    shard an index names), nothing else; [] for anything else (no folder, pickled weights, an
+    embedding not named ``...embed_tokens.weight``)."""
     folder = Path(folder)
     try:
         added = {t["id"]: t["content"] for t in json.loads((folder / "tokenizer.json").read_text())["added_tokens"]}
     except (OSError, ValueError, KeyError, TypeError):
         return []
     template = _chat_template(folder)
-    if not template or len(added) < 2 or not (folder / "model.safetensors").is_file():
+    found = _embedding_file(folder)
+    if not template or len(added) < 2 or found is None:
         return []
     import torch
     from safetensors import safe_open
 
-    with safe_open(str(folder / "model.safetensors"), "pt") as weights:
-        names = [k for k in weights.keys() if k.endswith("embed_tokens.weight")]
-        if len(names) != 1:
-            return []
-        table = weights.get_slice(names[0])
+    path, name = found
+    with safe_open(str(path), "pt") as weights:
+        if name is None:
+            names = [k for k in weights.keys() if k.endswith("embed_tokens.weight")]
+            if len(names) != 1:
+                return []
+            name = names[0]
+        table = weights.get_slice(name)
         ids = sorted(i for i in added if i < table.get_shape()[0])
         if len(ids) < 2:
             return []
         rows = torch.stack([table[i:i + 1][0] for i in ids])
     return [added[i] for i, shared in zip(ids, shared_rows(rows)) if shared and added[i] in template]
+
+
+def _embedding_file(folder: Path) -> tuple[Path, str | None] | None:
+    """The safetensors file holding the input embedding, and its tensor's name when an index
+    says it (``model.safetensors.index.json``: sharded weights); None without either."""
+    if (folder / "model.safetensors").is_file():
+        return folder / "model.safetensors", None
+    try:
+        weight_map = json.loads((folder / "model.safetensors.index.json").read_text())["weight_map"]
+        [(name, shard)] = [(k, v) for k, v in weight_map.items() if k.endswith("embed_tokens.weight")]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+    path = folder / shard
+    return (path, name) if path.is_file() and path.parent == folder else None
 
 
 def _chat_template(folder: Path) -> str:

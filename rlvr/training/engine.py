@@ -42,7 +42,7 @@ from rlvr.host.registry import Registry
 from rlvr.kit import write_replacing
 from rlvr.kit.device import DevicePolicy, device_policy
 from rlvr.models.distributed import environment_scope, init_default_group, process_group_scope
-from rlvr.models.hub import load_tokenizer, resolve_model
+from rlvr.models.hub import load_tokenizer, local_folder, resolve_model
 from rlvr.models.tokens import untrained_tokens_note
 from rlvr.recipe.sampler_backends import SAMPLER_BACKENDS
 from rlvr.recipe.spec import Recipe
@@ -222,9 +222,10 @@ def _start_ranks(recipe: Recipe, rank: int, world: int, local_rank: int, policy:
         resolve_model(recipe.model.name)  # pulls an alias once, before the other ranks look
     dist.barrier()
     model_path = resolve_model(recipe.model.name, pull=False)
-    note = untrained_tokens_note(recipe.model.name, model_path) if rank == 0 and recipe.environment else None
-    if note:
-        log.warning(note)
+    if rank == 0 and recipe.environment:  # a hub id's files: its snapshot in the hub cache
+        note = untrained_tokens_note(recipe.model.name, local_folder(recipe.model.name) or model_path)
+        if note:
+            log.warning(note)
     random.seed(recipe.trainer.seed + rank)
     torch.manual_seed(recipe.trainer.seed + rank)
     return device, model_path

@@ -57,12 +57,40 @@ def test_the_template_in_the_tokenizer_config_counts_too(tmp_path):
     assert untrained_template_tokens(folder) == ["</call>"]
 
 
-@pytest.mark.parametrize("case", ["no weights", "no template", "no folder", "sharded"])
+def test_sharded_weights_are_read_from_the_shard_the_index_names(tmp_path):
+    folder = model_folder(tmp_path / "m")
+    (folder / "model.safetensors").rename(folder / "model-00002-of-00002.safetensors")
+    assert untrained_template_tokens(folder) == []  # no index: nothing says where the embedding is
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+        "lm_head.weight": "model-00002-of-00002.safetensors",
+        "model.embed_tokens.weight": "model-00002-of-00002.safetensors"}}))
+    assert untrained_template_tokens(folder) == ["<call>", "</call>"]
+
+
+@pytest.mark.parametrize("case", ["no weights", "no template", "no folder", "shard outside"])
 def test_what_cannot_be_read_without_loading_a_model_names_nothing(tmp_path, case):
     folder = model_folder(tmp_path / "m", weights=case != "no weights", template=None if case == "no template" else TEMPLATE)
-    if case == "sharded":
-        (folder / "model.safetensors").rename(folder / "model-00001-of-00002.safetensors")
+    if case == "shard outside":  # an index may not send the reader out of the folder
+        (folder / "model.safetensors").rename(tmp_path / "outside.safetensors")
+        (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
+            "model.embed_tokens.weight": "../outside.safetensors"}}))
     assert untrained_template_tokens(tmp_path / "absent" if case == "no folder" else folder) == []
+
+
+def test_a_hub_ids_snapshot_in_the_hub_cache_is_its_folder(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    from rlvr.models.hub import local_folder
+
+    snapshot = tmp_path / "hub" / "models--org--tools-model" / "snapshots" / "0123abcd"
+    snapshot.parent.mkdir(parents=True)
+    model_folder(snapshot)
+    (tmp_path / "hub" / "models--org--tools-model" / "refs").mkdir()
+    (tmp_path / "hub" / "models--org--tools-model" / "refs" / "main").write_text("0123abcd")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert local_folder("org/tools-model") == snapshot
+    assert untrained_template_tokens(local_folder("org/tools-model")) == ["<call>", "</call>"]
+    assert local_folder("org/not-cached") is None and local_folder("not a repo id!") is None
 
 
 def test_validate_notes_them_for_a_multi_turn_recipe_only(tmp_path):
