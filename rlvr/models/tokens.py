@@ -11,6 +11,7 @@ from typing import Iterable, Sequence
 # are far apart (Qwen2.5-Coder-0.5B's trained special tokens: at most 0.93 from its shared row).
 SAME_ROW = 0.999
 
+
 def pad_batch(rows: Iterable[Sequence[int]], pad: int, *, left: bool, width: int | None = None):
     """``(ids, mask)`` LongTensors ``[B, width]``: rows padded with ``pad`` on the left (prompts,
     so they end where generation starts) or the right (completions); mask 1 on real tokens."""
@@ -49,12 +50,16 @@ def eos_ids(tokenizer, model=None) -> list[int]:
 
 def shared_rows(rows) -> list[bool]:
     """For each row of a ``[n, d]`` tensor: whether another row is the same vector (cosine
-    >= ``SAME_ROW``). A model's never-trained tokens keep the one row they were initialised to,
-    so two distinct tokens that share a row are tokens the model cannot tell apart."""
+    >= ``SAME_ROW``, or both zero). A model's never-trained tokens keep the one row they were
+    initialised to (some models zero them), so two distinct tokens that share a row are tokens
+    the model cannot tell apart."""
     import torch
 
-    unit = torch.nn.functional.normalize(rows.float(), dim=1)
-    close = (unit @ unit.T) >= SAME_ROW
+    rows = rows.float()
+    norms = rows.norm(dim=1)
+    zero = norms <= 1e-6 * norms.max().clamp(min=1e-30)
+    unit = torch.nn.functional.normalize(rows, dim=1)
+    close = ((unit @ unit.T) >= SAME_ROW) | (zero[:, None] & zero[None, :])
     close.fill_diagonal_(False)
     return close.any(dim=1).tolist()
 

@@ -44,6 +44,9 @@ def test_rows_that_are_one_vector_are_shared_and_distinct_rows_are_not():
     rows = torch.tensor([[1.0, 0.0, 0.0], [2.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.99, 0.14]])
     assert shared_rows(rows) == [True, True, False, False]  # cos(rows 2, 3) = 0.990: trained apart
     assert shared_rows(torch.eye(3)) == [False, False, False]
+    # rows zeroed at initialisation are one vector too; one zero row alone shares with nothing
+    assert shared_rows(torch.tensor([[0.0, 0.0], [0.0, 0.0], [1.0, 2.0]])) == [True, True, False]
+    assert shared_rows(torch.tensor([[0.0, 0.0], [1.0, 2.0], [2.0, -1.0]])) == [False, False, False]
 
 
 def test_the_templates_tokens_that_share_the_unused_row_are_named(tmp_path):
