@@ -92,13 +92,8 @@ def local_folder(name: str) -> Path | None:
     folder = Path(name).expanduser()
     if folder.is_dir():
         return local_folder(root_base(folder)) if is_adapter_folder(folder) else folder
-    from huggingface_hub import try_to_load_from_cache
-
-    try:
-        config = try_to_load_from_cache(name, "config.json")
-    except ValueError:  # not a valid repo id
-        return None
-    return Path(config).parent if isinstance(config, str) else None
+    config = _cached_config(name)
+    return Path(config).parent if config else None
 
 
 def hub_problem(name: str) -> str | None:
@@ -132,12 +127,18 @@ def alias_like(name: str) -> list[str]:
 
 def in_hub_cache(repo_id: str) -> bool:
     """Is the hub model ``repo_id``'s config in the local hub cache?"""
+    return _cached_config(repo_id) is not None
+
+
+def _cached_config(repo_id: str) -> str | None:
+    """The path of the hub model ``repo_id``'s config in the local hub cache, or None."""
     from huggingface_hub import try_to_load_from_cache
 
     try:
-        return isinstance(try_to_load_from_cache(repo_id, "config.json"), str)
+        config = try_to_load_from_cache(repo_id, "config.json")
     except ValueError:  # not a valid repo id
-        return False
+        return None
+    return config if isinstance(config, str) else None
 
 
 # Weight files torch writes with pickle; transformers and vLLM fall back to them without safetensors.
