@@ -1,8 +1,10 @@
-"""LoRA adapters merged into their base weights for a while, for sampling at the base model's speed."""
+"""LoRA adapters merged into their base weights for a while, for sampling at the base model's speed;
+and the adapters' product added to the base layer's output inside one matmul, for training."""
 
 from __future__ import annotations
 
 from contextlib import contextmanager
+from functools import lru_cache
 from typing import Iterator
 
 
@@ -32,3 +34,59 @@ def merged_adapters(model) -> Iterator[None]:
         with torch.no_grad():
             for weight, original in saved:
                 weight.copy_(original)
+
+
+def fuse_lora_adds(model) -> int:
+    """Make each plain LoRA layer of a peft ``model`` add its adapters' product to the base
+    layer's output inside one matmul: ``addmm(base(x), A(x), B.T, alpha=scaling)`` instead of
+    peft's ``base(x) + B(A(x)) * scaling``, which writes three tensors of the layer's output size
+    (for a 0.5B model's MLP, 4864 values a token: on a CPU, 10 s of a 90 s update went to them).
+    The outputs and gradients are peft's up to rounding.
+
+    Plain: one adapter, no dropout, no bias on B, no variant (DoRA and the like), a
+    ``torch.nn.Linear`` base. Anything else, and any call peft's own forward handles differently
+    (adapters disabled or merged, a mixed batch, extra arguments, weights partitioned by ZeRO-3)
+    goes to peft's forward.
+    Returns how many layers now add in one matmul."""
+    import torch
+
+    try:
+        from peft.tuners.lora.layer import Linear
+    except ImportError:
+        return 0
+    fused = _fused_linear_class(Linear)
+    count = 0
+    for module in model.modules():
+        if type(module) is not Linear or not isinstance(module.base_layer, torch.nn.Linear):
+            continue
+        names = list(module.lora_A.keys())
+        if len(names) != 1 or module.lora_variant or module.lora_B[names[0]].bias is not None \
+                or not isinstance(module.lora_dropout[names[0]], torch.nn.Identity):
+            continue
+        module.__class__ = fused
+        count += 1
+    return count
+
+
+@lru_cache(maxsize=None)
+def _fused_linear_class(base):
+    import torch
+
+    class FusedAddLoraLinear(base):
+        """peft's LoRA ``Linear`` whose forward adds its adapter inside one matmul (``fuse_lora_adds``)."""
+
+        def forward(self, x, *args, **kwargs):
+            name = self.active_adapters[0] if len(self.active_adapters) == 1 else None
+            if args or kwargs or self.disable_adapters or self.merged or name not in self.lora_A \
+                    or hasattr(self.lora_B[name].weight, "ds_id"):  # ZeRO-3 gathers B only when B is called
+                return super().forward(x, *args, **kwargs)
+            result = self.base_layer(x)
+            a = self.lora_A[name](self._cast_input_dtype(x, self.lora_A[name].weight.dtype))
+            weight = self.lora_B[name].weight
+            if not torch.is_autocast_enabled(x.device.type) and not result.dtype == a.dtype == weight.dtype:
+                return super().forward(x)
+            flat = torch.addmm(result.reshape(-1, result.shape[-1]), a.reshape(-1, a.shape[-1]), weight.t(),
+                               alpha=self.scaling[name])
+            return flat.view(result.shape).to(result.dtype)
+
+    return FusedAddLoraLinear

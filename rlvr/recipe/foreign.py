@@ -97,6 +97,10 @@ VERL: dict[str, Foreign] = {
     _ACTOR + "grad_clip": _f("trainer.max_grad_norm"),
     _ACTOR + "ppo_mini_batch_size": _f("trainer.rollout_batch_size", note=ONE_STEP),
     _ACTOR + "ppo_micro_batch_size_per_gpu": _f("trainer.micro_batch_size"),
+    _ACTOR + "ppo_max_token_len_per_gpu": _f("trainer.micro_batch_tokens",
+                                             note="always on when set (verl's use_dynamic_bsz); tokens through "
+                                                  "the model, a shared prompt once"),
+    _ACTOR + "use_dynamic_bsz": _f("trainer.micro_batch_tokens"),
     _ACTOR + "ppo_epochs": _f("algorithm.ppo_epochs"),
     _ACTOR + "clip_ratio": _f("algorithm.clip.eps_low", "algorithm.clip.eps_high"),
     _ACTOR + "clip_ratio_low": _f("algorithm.clip.eps_low"),

@@ -337,6 +337,11 @@ class TrainerConfig(Strict):
     # micro_batch_size sequences) are cut where the padding saved is worth more. None: 64 on CPU,
     # 512 on GPU; a large number keeps micro-batches full.
     micro_batch_overhead_tokens: int | None = Field(default=None, ge=0)
+    # At most this many tokens through the model in one micro-batch (prompt, completions and
+    # padding; a longer sequence goes alone): memory that does not grow with the longest
+    # completions, and micro-batches cut where they are long rather than at a fixed count.
+    # None: micro_batch_size alone decides.
+    micro_batch_tokens: int | None = Field(default=None, ge=1)
     lr: float = Field(default=1e-6, gt=0)
     weight_decay: float = Field(default=0.0, ge=0)
     warmup_steps: int = Field(default=0, ge=0)

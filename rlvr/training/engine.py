@@ -282,6 +282,7 @@ def _learner(recipe: Recipe, backend, *, ref_model, is_mode: str, pad_id: int, d
                    is_mode=is_mode, skip_zero_advantage=t.skip_zero_advantage,
                    logprob_chunk_tokens=t.logprob_chunk_tokens,
                    cpu_autocast=policy.autocast(recipe.model.dtype),
+                   micro_batch_tokens=t.micro_batch_tokens,
                    micro_batch_overhead=policy.micro_batch_overhead if overhead is None else overhead,
                    # transformers drops the key/value cache that prompt sharing needs under checkpointing
                    share_prompts=t.share_prompts and not recipe.model.gradient_checkpointing)

@@ -16,7 +16,7 @@ from typing import Sequence
 
 def plan_micro_batches(
     prompt_lens: Sequence[int], completion_lens: Sequence[int], groups: int | Sequence[int], micro: int,
-    share_prompts: bool, overhead: int = 0,
+    share_prompts: bool, overhead: int = 0, max_tokens: int | None = None,
 ) -> list[list[int]]:
     """Split sequences ``0..n-1`` into micro-batches of at most ``micro``, ordered to put the
     fewest tokens through the model. ``groups``: each sequence's prompt group (sequences of a
@@ -28,6 +28,9 @@ def plan_micro_batches(
     with ``overhead`` > 0 (what one more micro-batch costs, in tokens), the length-sorted order
     cut wherever that puts the fewest tokens plus overheads through the model (exact, by
     dynamic programming), which trades a few more, smaller micro-batches for less padding.
+    ``max_tokens``: no micro-batch of two or more sequences puts more tokens than that through the
+    model (a longer sequence goes alone): micro-batches sized by tokens, so that their memory
+    does not grow with the longest completions.
     """
     n = len(prompt_lens)
     group = [i // groups for i in range(n)] if isinstance(groups, int) else list(groups)
@@ -39,9 +42,13 @@ def plan_micro_batches(
     by_group = sorted(range(n), key=lambda i: (group_len[group[i]], group[i], total[i], i))
     fixed = [by_group, by_length] if share_prompts else [by_length]  # ties: groups together
     candidates = [[order[a : a + micro] for a in range(0, n, micro)] for order in fixed]
-    if overhead > 0 and n:
+    if max_tokens is not None:
+        candidates = [plan for plan in candidates if all(
+            len(chunk) == 1 or micro_batch_cost(chunk, prompt_lens, completion_lens, group, share_prompts) <= max_tokens
+            for chunk in plan)]
+    if (overhead > 0 or max_tokens is not None) and n:
         candidates.append(_cut_at_least_cost(by_length, prompt_lens, completion_lens, group, micro, share_prompts,
-                                             overhead))
+                                             overhead, max_tokens))
 
     def cost(plan: list[list[int]]) -> int:
         return sum(micro_batch_cost(chunk, prompt_lens, completion_lens, group, share_prompts) + overhead
@@ -50,17 +57,20 @@ def plan_micro_batches(
     return min(candidates, key=cost)
 
 
-def _cut_at_least_cost(order, prompt_lens, completion_lens, group, micro, share_prompts, overhead):
-    """``order`` cut into consecutive micro-batches of at most ``micro`` with the least summed
-    ``micro_batch_cost`` + ``overhead`` per micro-batch."""
+def _cut_at_least_cost(order, prompt_lens, completion_lens, group, micro, share_prompts, overhead, max_tokens=None):
+    """``order`` cut into consecutive micro-batches of at most ``micro`` sequences (and at most
+    ``max_tokens`` tokens, unless one sequence alone) with the least summed ``micro_batch_cost``
+    + ``overhead`` per micro-batch."""
     n = len(order)
     best, cut = [0] + [None] * n, [0] * (n + 1)
     for end in range(1, n + 1):
-        for start in range(max(0, end - micro), end):
+        for start in range(end - 1, max(0, end - micro) - 1, -1):  # a chunk's cost grows as it grows
             chunk = order[start:end]
-            value = best[start] + micro_batch_cost(chunk, prompt_lens, completion_lens, group, share_prompts) \
-                + overhead
-            if best[end] is None or value < best[end]:
+            cost = micro_batch_cost(chunk, prompt_lens, completion_lens, group, share_prompts)
+            if max_tokens is not None and cost > max_tokens and len(chunk) > 1:
+                break
+            value = best[start] + cost + overhead
+            if best[end] is None or value <= best[end]:  # ties: the longer micro-batch
                 best[end], cut[end] = value, start
     plan, end = [], n
     while end:

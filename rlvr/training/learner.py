@@ -111,7 +111,7 @@ class Learner:
     def __init__(self, backend: Backend, algorithm, *, micro_batch_size: int, temperature: float, pad_id: int,
                  device, share_prompts: bool, ref_model: torch.nn.Module | None = None, is_mode: str = "none",
                  skip_zero_advantage: bool = True, logprob_chunk_tokens: int = 256, micro_batch_overhead: int = 0,
-                 cpu_autocast: bool = False):
+                 cpu_autocast: bool = False, micro_batch_tokens: int | None = None):
         """``ref_model`` None with ``algorithm.kl.beta > 0`` means the reference is the policy with
         its LoRA adapters disabled. ``is_mode`` (none, tis, mis) weights the loss against the
         sampler's log-probs; when completions carry them, the mismatch is measured in any mode.
@@ -120,6 +120,8 @@ class Learner:
         that many tokens at a time, never the batch's full-vocabulary logits (0: the model's logits).
         ``micro_batch_overhead``: what one more micro-batch costs, in tokens through the model;
         above 0, micro-batches are cut where that saves more padding (``plan_micro_batches``).
+        ``micro_batch_tokens``: at most that many tokens through the model in a micro-batch of
+        two or more sequences (None: no limit but ``micro_batch_size``).
         ``cpu_autocast``: the model's forward (and so its backward) in bfloat16 under
         ``torch.autocast`` on CPU, weights and optimizer in float32; the output head of the
         chunked log-probs runs outside autocast in its weights' dtype (float32 there, bfloat16
@@ -128,7 +130,7 @@ class Learner:
         self.temperature, self.pad_id, self.device = temperature, pad_id, device
         self.share_prompts, self.ref_model, self.is_mode = share_prompts, ref_model, is_mode
         self.skip_zero_advantage = skip_zero_advantage
-        self.chunk_tokens, self.overhead = logprob_chunk_tokens, micro_batch_overhead
+        self.chunk_tokens, self.overhead, self.max_tokens = logprob_chunk_tokens, micro_batch_overhead, micro_batch_tokens
         self._head_makes_logits: dict[int, bool] = {}
         self.cpu_autocast = cpu_autocast
 
@@ -176,7 +178,7 @@ class Learner:
             return []
         local = plan_micro_batches([prompt_lens[i] for i in seqs], [rollout.lengths[i] for i in seqs],
                                    [i // rollout.group_size for i in seqs], self.micro, self.share_prompts,
-                                   overhead=self.overhead)
+                                   overhead=self.overhead, max_tokens=self.max_tokens)
         return [[seqs[j] for j in chunk] for chunk in local]
 
     def _old_and_ref(self, plan, prompts, completions, masks, old: dict, ref: dict, *, want_old: bool,

@@ -39,15 +39,25 @@ def head_logprobs(hidden: torch.Tensor, head, tokens: torch.Tensor, mask: torch.
     """What :func:`token_logprobs_and_entropy` gives for ``head(hidden) / temperature``, without
     ever holding the logits of the whole batch: the output head runs on the real tokens only
     (``mask``), ``chunk_tokens`` at a time, in the head's own dtype (the hidden states are cast to
-    it: bfloat16 under DeepSpeed's bf16 mode, float32 over autocast's float32 weights), its logits
-    go to float32 one chunk at a time, and
-    under autograd a chunk's logits are recomputed in the backward pass instead of being kept.
+    it: bfloat16 under DeepSpeed's bf16 mode, float32 over autocast's float32 weights), and its
+    logits go to float32 one chunk at a time.
     ``[B, T, H]`` hidden states, ``[B, T]`` tokens and mask -> ``[B, T]`` log-probs (0 on
-    padding) and entropies (without gradient) or None."""
+    padding) and entropies (without gradient) or None.
+
+    A head that is not trained (LoRA; any frozen head held whole on this rank) goes through
+    :func:`frozen_head_logprobs`: the gradient with respect to the hidden states is formed in the
+    same pass as the log-probs, two head matmuls a token instead of three. A trained head's
+    chunk logits are recomputed in the backward pass instead of being kept."""
     from torch.utils.checkpoint import checkpoint
 
     real = mask.bool()
     h, t = hidden[real].to(head_dtype(head, hidden.dtype)), tokens[real]
+    zeros = torch.zeros(tokens.shape, dtype=torch.float32, device=tokens.device)
+    if h.shape[0] and frozen_head(head):
+        logp, entropy = frozen_head_logprobs(h, head.weight, getattr(head, "bias", None), t, temperature=temperature,
+                                             want_entropy=want_entropy, chunk_tokens=chunk_tokens)
+        out = zeros.masked_scatter(real, logp)
+        return out, (zeros.masked_scatter(real, entropy) if want_entropy else None)
     parts, entropies = [], []
     for a in range(0, h.shape[0], chunk_tokens):
         args = (h[a : a + chunk_tokens], t[a : a + chunk_tokens], head, temperature, want_entropy)
@@ -55,11 +65,91 @@ def head_logprobs(hidden: torch.Tensor, head, tokens: torch.Tensor, mask: torch.
             else _head_chunk(*args)
         parts.append(lp)
         entropies.append(ent)
-    zeros = torch.zeros(tokens.shape, dtype=torch.float32, device=tokens.device)
     logp = zeros.masked_scatter(real, torch.cat(parts)) if parts else zeros
     if not want_entropy:
         return logp, None
     return logp, (zeros.masked_scatter(real, torch.cat(entropies)) if parts else zeros)
+
+
+def frozen_head(head) -> bool:
+    """Whether ``head`` is a plain linear layer whose weights get no gradient and are held whole
+    here (not partitioned by ZeRO-3), so :func:`frozen_head_logprobs` may read them directly."""
+    if not isinstance(head, torch.nn.Linear):
+        return False
+    params = [head.weight] + ([head.bias] if head.bias is not None else [])
+    return not any(p.requires_grad or hasattr(p, "ds_id") for p in params)
+
+
+class _Precomputed(torch.autograd.Function):
+    """``value`` (computed without autograd) as a function of ``x`` whose gradient is
+    ``grad_output * jacobian`` row by row: each row of ``value`` depends on its row of ``x`` alone."""
+
+    @staticmethod
+    def forward(ctx, x, value, jacobian):
+        ctx.save_for_backward(jacobian)
+        return value.clone()
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        (jacobian,) = ctx.saved_tensors
+        return (grad_output.unsqueeze(-1) * jacobian).to(jacobian.dtype), None, None
+
+
+def frozen_head_logprobs(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, tokens: torch.Tensor, *,
+                         temperature: float = 1.0, want_entropy: bool = True, chunk_tokens: int = 256):
+    """log p(``tokens`` | ``h``) under the logits ``(h @ weight.T + bias) / temperature`` of a head
+    that is not trained, ``[N, H]`` -> ``[N]`` float32, and the entropies (without gradient).
+
+    Each token's log-prob depends on its own hidden state only, and its gradient is
+    ``(onehot(token) - softmax) @ weight / temperature``: that row is formed while the chunk's
+    logits are at hand, and the backward pass multiplies it by the incoming gradient. So the head
+    runs twice a token (logits, and that product) where recomputing the logits in the backward
+    pass runs it three times, and the vocabulary-wide work happens in two buffers reused chunk
+    after chunk (fresh ones cost page faults on a CPU). The gradient equals autograd's through the
+    logits up to rounding; the head's own parameters get none."""
+    n, dtype = h.shape[0], weight.dtype
+    grad = torch.is_grad_enabled() and h.requires_grad
+    rows = min(chunk_tokens or n, n)
+    logits = torch.empty(rows, weight.shape[0], dtype=torch.float32, device=h.device)
+    probs = torch.empty_like(logits)
+    low = torch.empty(rows, weight.shape[0], dtype=dtype, device=h.device) if dtype != torch.float32 else None
+    logp = torch.empty(n, dtype=torch.float32, device=h.device)
+    entropy = torch.empty(n, dtype=torch.float32, device=h.device) if want_entropy else None
+    jacobian = torch.empty(n, weight.shape[1], dtype=dtype, device=h.device) if grad else None
+    with torch.no_grad():
+        for a in range(0, n, rows):
+            hc, tc = h[a : a + rows].detach(), tokens[a : a + rows].unsqueeze(-1)
+            m = hc.shape[0]
+            z, p = logits[:m], probs[:m]
+            out = z if low is None else low[:m]  # the head's logits in its own dtype, as head(h) gives them
+            if bias is None:
+                torch.mm(hc, weight.t(), out=out)
+            else:
+                torch.addmm(bias, hc, weight.t(), out=out)
+            if low is not None:
+                z.copy_(out)
+            if temperature != 1.0:
+                z.div_(temperature)
+            z.sub_(z.amax(-1, keepdim=True))
+            torch.exp(z, out=p)
+            total = p.sum(-1, keepdim=True)
+            z.sub_(total.log())  # z: log-softmax
+            p.div_(total)  # p: softmax
+            logp[a : a + m] = z.gather(-1, tc).squeeze(-1)
+            if want_entropy:
+                entropy[a : a + m] = -torch.bmm(p.unsqueeze(1), z.unsqueeze(2)).view(m)
+            if grad:
+                p.neg_().scatter_add_(-1, tc, torch.ones_like(tc, dtype=p.dtype))  # onehot - softmax
+                if low is None:
+                    torch.mm(p, weight, out=jacobian[a : a + m])
+                else:
+                    low[:m].copy_(p)
+                    torch.mm(low[:m], weight, out=jacobian[a : a + m])
+        if grad and temperature != 1.0:
+            jacobian.div_(temperature)
+    if grad:
+        logp = _Precomputed.apply(h, logp, jacobian)
+    return logp, entropy
 
 
 def head_dtype(head, default: torch.dtype) -> torch.dtype:

@@ -151,6 +151,8 @@ def build_policy(recipe, model_path: str, *, world: int, device, policy):
     import torch
     from transformers import AutoModelForCausalLM
 
+    from rlvr.models.lora import fuse_lora_adds
+
     t, kl = recipe.trainer, recipe.algorithm.kl
     bf16, fp16 = policy.deepspeed_precision(recipe.model.dtype)
     ref_dtype = getattr(torch, policy.weights_dtype(recipe.model.dtype))
@@ -164,6 +166,7 @@ def build_policy(recipe, model_path: str, *, world: int, device, policy):
         lc = recipe.model.lora
         model = get_peft_model(model, LoraConfig(r=lc.r, lora_alpha=lc.alpha, lora_dropout=lc.dropout,
                                                  target_modules=lc.target_modules, task_type="CAUSAL_LM"))
+        fuse_lora_adds(model)  # each adapter's product added inside one matmul (rlvr.models.lora)
     zero_stage = effective_zero_stage(t, world)
     if zero_stage != t.zero_stage:
         log.info("one rank, no offload: running DeepSpeed ZeRO stage 0 (trainer.zero_stage %d partitions nothing)",

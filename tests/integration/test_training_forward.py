@@ -142,3 +142,133 @@ def test_a_model_whose_logits_are_not_its_head_falls_back_to_its_logits():
     assert other._head_makes_logits[id(model)] is False
     assert torch.allclose(capped_logp, reference, atol=1e-6)
     assert not torch.allclose(capped_logp * mask, expected, atol=1e-3)
+
+
+# ------------------------------------------------- a head that is not trained: two head matmuls, not three
+def _lora(arch: str, dtype=torch.float32):
+    from peft import LoraConfig, get_peft_model
+
+    model = _model(arch).to(dtype)
+    torch.manual_seed(1)
+    model = get_peft_model(model, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj", "up_proj"],
+                                             task_type="CAUSAL_LM"))
+    with torch.no_grad():  # B starts at 0: give the adapters something to carry
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.1)
+    return model
+
+
+class _Recorder:
+    """A learner backend that keeps the gradient of the update instead of stepping."""
+
+    def __init__(self, model):
+        self.policy = self.module = model
+        self.grads = None
+
+    def backward(self, loss, *, last):
+        loss.backward()
+
+    def step(self):
+        self.grads = {n: p.grad.clone() for n, p in self.module.named_parameters() if p.grad is not None}
+        self.module.zero_grad(set_to_none=True)
+        return 0.0
+
+    def set_lr(self, lr):
+        pass
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])  # llama: the head is the (frozen) tied embedding
+@pytest.mark.parametrize("chunk", [4, 1000])
+def test_a_frozen_heads_update_equals_the_full_logits_one(arch, chunk):
+    """A LoRA update through the frozen head's precomputed gradient (``frozen_head_logprobs``):
+    the same loss, entropy, clip figures and LoRA gradients as from the model's full logits,
+    to 1e-6 in float32, over two PPO epochs (old log-probs, ratios and clipping in play)."""
+    from rlvr.recipe.spec import AlgorithmConfig
+    from rlvr.sampling.samplers import Completion
+    from rlvr.training.forward import output_head
+    from rlvr.training.learner import Learner
+    from rlvr.training.losses import frozen_head
+    from rlvr.training.rollout import Rollout
+
+    prompts = [[5, 6, 7], [8, 9, 10, 11, 12, 13]]
+    comps = [[20, 21, 22, 23], [30], [24, 25, 26], [40, 41, 42, 43, 44, 45], [31, 32, 33], [26, 27], [46, 47], [50]]
+    rewards = [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0]
+    rollout = Rollout(4, prompts, [Completion("", c, False) for c in comps], rewards, {"r": rewards})
+    algo = AlgorithmConfig(ppo_epochs=2, clip={"eps_low": 0.01, "eps_high": 0.01})
+    results = []
+    for chunk_tokens in (0, chunk):  # 0: log-probs from the model's logits
+        model = _lora(arch)
+        assert frozen_head(output_head(model))
+        backend = _Recorder(model)
+        learner = Learner(backend, algo, micro_batch_size=3, temperature=0.7, pad_id=0, device="cpu",
+                          share_prompts=True, logprob_chunk_tokens=chunk_tokens)
+        update = learner.update(rollout, lr=0.0)
+        results.append((update.sums, backend.grads))
+    (want_sums, want_grads), (sums, grads) = results
+    assert want_grads and set(grads) == set(want_grads) and all("lora_" in n for n in grads)
+    for key in ("loss", "entropy", "clip_low", "clip_high", "tokens"):
+        assert sums[key] == pytest.approx(want_sums[key], rel=1e-6, abs=1e-6), key  # sums over 20 tokens
+    for name, g in want_grads.items():
+        assert torch.allclose(grads[name], g, atol=1e-6, rtol=0), (name, (grads[name] - g).abs().max())
+
+
+def test_a_frozen_bfloat16_head_gives_autograds_gradient():
+    """A frozen head held in bfloat16 (DeepSpeed's bf16 mode under LoRA): log-probs, entropies
+    and the hidden states' gradient as autograd gives them through the head's float32 logits."""
+    from rlvr.training.losses import frozen_head_logprobs, token_logprobs_and_entropy
+
+    torch.manual_seed(0)
+    head = torch.nn.Linear(16, 300, bias=True).to(torch.bfloat16).requires_grad_(False)
+    h = torch.randn(11, 16).to(torch.bfloat16).requires_grad_()
+    tokens, g = torch.randint(0, 300, (11,)), torch.randn(11)
+    want, want_ent = token_logprobs_and_entropy(head(h).float() / 0.6, tokens)
+    (want * g).sum().backward()
+    want_grad, h.grad = h.grad.clone(), None
+    logp, ent = frozen_head_logprobs(h, head.weight, head.bias, tokens, temperature=0.6, chunk_tokens=4)
+    (logp * g).sum().backward()
+    assert torch.allclose(logp, want, atol=1e-5) and torch.allclose(ent, want_ent, atol=1e-4)
+    assert h.grad.dtype == torch.bfloat16
+    assert torch.allclose(h.grad.float(), want_grad.float(), atol=2e-2, rtol=2e-2)
+
+
+def test_lora_adds_in_one_matmul_give_peft_outputs_and_gradients():
+    """``fuse_lora_adds``: the LoRA layers' outputs and the update's gradients are peft's (1e-6);
+    adapters disabled (the KL reference) and merged (sampling) behave as peft's; a layer with
+    dropout is left to peft."""
+    from peft import LoraConfig, get_peft_model
+
+    from rlvr.models.lora import fuse_lora_adds, merged_adapters
+    from rlvr.recipe.spec import AlgorithmConfig
+    from rlvr.sampling.samplers import Completion
+    from rlvr.training.learner import Learner
+    from rlvr.training.rollout import Rollout
+
+    ids = torch.randint(1, 90, (3, 7))
+    prompts = [[5, 6, 7], [8, 9, 10, 11, 12, 13]]
+    comps = [[20, 21, 22, 23], [30], [24, 25, 26], [40, 41, 42, 43, 44, 45], [31, 32, 33], [26, 27], [46, 47], [50]]
+    rewards = [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0]
+    rollout = Rollout(4, prompts, [Completion("", c, False) for c in comps], rewards, {"r": rewards})
+    seen = []
+    for fuse in (False, True):
+        model = _lora("qwen2")
+        assert fuse_lora_adds(model) == 6 if fuse else True
+        assert {type(m).__name__ for m in model.modules() if hasattr(m, "lora_A")} == \
+            ({"FusedAddLoraLinear"} if fuse else {"Linear"})
+        with torch.no_grad():
+            out = model(input_ids=ids).logits
+            with model.disable_adapter():
+                base = model(input_ids=ids).logits
+            with merged_adapters(model):
+                merged = model(input_ids=ids).logits
+        backend = _Recorder(model)
+        Learner(backend, AlgorithmConfig(kl={"beta": 0.0}), micro_batch_size=3, temperature=0.7, pad_id=0,
+                device="cpu", share_prompts=True).update(rollout, lr=0.0)
+        seen.append((out, base, merged, backend.grads))
+    for want, got in zip(seen[0][:3], seen[1][:3]):
+        assert torch.allclose(got, want, atol=1e-6)
+    assert not torch.allclose(seen[1][0], seen[1][1], atol=1e-3)  # the adapters do something
+    for name, g in seen[0][3].items():
+        assert torch.allclose(seen[1][3][name], g, atol=1e-6, rtol=0), name
+    with_dropout = get_peft_model(_model("qwen2"), LoraConfig(r=4, target_modules=["q_proj"], lora_dropout=0.1))
+    assert fuse_lora_adds(with_dropout) == 0

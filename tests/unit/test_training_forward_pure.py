@@ -88,3 +88,43 @@ def test_plan_cuts_where_padding_costs_more_than_a_micro_batch(share):
     one = plan_micro_batches([30] * 16, comps, [0] * 16, 16, share)
     cut = plan_micro_batches([30] * 16, comps, [0] * 16, 16, share, overhead=16)
     assert len(one) == 1 and [sorted({comps[i] for i in mb}) for mb in cut] == [[4, 8], [16], [32]]
+
+
+@pytest.mark.parametrize("share", [True, False])
+def test_micro_batches_sized_by_tokens(share):
+    """``max_tokens`` (trainer.micro_batch_tokens): no micro-batch of two or more sequences puts
+    more tokens through the model; one longer sequence goes alone; among length-sorted cuts that
+    keep both limits the cheapest is found (checked against every way to cut)."""
+    import itertools
+    import random
+
+    from rlvr.training.forward import _cut_at_least_cost, micro_batch_cost, plan_micro_batches
+
+    rng = random.Random(1)
+    for _ in range(40):
+        n, micro, overhead = rng.randint(1, 9), rng.randint(1, 6), rng.choice([0, 8, 40])
+        prompts = [rng.randint(20, 40) for _ in range(n)]
+        comps = [rng.randint(1, 120) for _ in range(n)]
+        groups = [rng.randint(0, 2) for _ in range(n)]
+        cap = rng.randint(40, 400)
+        order = sorted(range(n), key=lambda i: (prompts[i] + comps[i], i))
+
+        def fits(chunk):
+            return len(chunk) == 1 or micro_batch_cost(chunk, prompts, comps, groups, share) <= cap
+
+        def cost(plan):
+            return sum(micro_batch_cost(c, prompts, comps, groups, share) + overhead for c in plan)
+
+        plans = [[order[a:b] for a, b in zip((0,) + cuts, cuts + (n,))]
+                 for k in range(n) for cuts in itertools.combinations(range(1, n), k)]
+        best = min(cost(p) for p in plans if all(len(c) <= micro and fits(c) for c in p))
+        found = _cut_at_least_cost(order, prompts, comps, groups, micro, share, overhead, cap)
+        _check_plan(found, n, micro)
+        assert all(fits(c) for c in found) and cost(found) == best
+        plan = plan_micro_batches(prompts, comps, groups, micro, share, overhead=overhead, max_tokens=cap)
+        _check_plan(plan, n, micro)
+        assert all(fits(c) for c in plan) and cost(plan) <= cost(found)
+    # 8 sequences of 300 tokens after a 100-token prompt: 3 a micro-batch fit in 1,000 tokens
+    plan = plan_micro_batches([100] * 8, [300] * 8, [0] * 8, 8, share, max_tokens=1000)
+    assert sorted(len(mb) for mb in plan) == ([2, 3, 3] if share else [2, 2, 2, 2])
+    assert plan_micro_batches([100] * 3, [5000] * 3, [0] * 3, 8, share, max_tokens=1000) == [[0], [1], [2]]
