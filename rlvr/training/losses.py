@@ -109,7 +109,7 @@ def frozen_head_logprobs(h: torch.Tensor, weight: torch.Tensor, bias: torch.Tens
     logits up to rounding; the head's own parameters get none."""
     n, dtype = h.shape[0], weight.dtype
     grad = torch.is_grad_enabled() and h.requires_grad
-    rows = min(chunk_tokens or n, n)
+    rows = max(1, min(chunk_tokens or n, n))
     logits = torch.empty(rows, weight.shape[0], dtype=torch.float32, device=h.device)
     probs = torch.empty_like(logits)
     low = torch.empty(rows, weight.shape[0], dtype=dtype, device=h.device) if dtype != torch.float32 else None
