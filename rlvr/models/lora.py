@@ -80,11 +80,12 @@ def _fused_linear_class(base):
             if args or kwargs or self.disable_adapters or self.merged or name not in self.lora_A \
                     or hasattr(self.lora_B[name].weight, "ds_id"):  # ZeRO-3 gathers B only when B is called
                 return super().forward(x, *args, **kwargs)
-            result = self.base_layer(x)
-            a = self.lora_A[name](self._cast_input_dtype(x, self.lora_A[name].weight.dtype))
-            weight = self.lora_B[name].weight
-            if not torch.is_autocast_enabled(x.device.type) and not result.dtype == a.dtype == weight.dtype:
+            weight, a_dtype = self.lora_B[name].weight, self.lora_A[name].weight.dtype
+            # mixed dtypes outside autocast: peft's promotion, decided before anything is computed
+            if not torch.is_autocast_enabled(x.device.type) and not self.base_layer.weight.dtype == a_dtype == weight.dtype:
                 return super().forward(x)
+            result = self.base_layer(x)
+            a = self.lora_A[name](self._cast_input_dtype(x, a_dtype))
             flat = torch.addmm(result.reshape(-1, result.shape[-1]), a.reshape(-1, a.shape[-1]), weight.t(),
                                alpha=self.scaling[name])
             return flat.view(result.shape).to(result.dtype)

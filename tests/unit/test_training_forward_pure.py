@@ -24,6 +24,16 @@ def test_logprobs_and_entropy_from_one_softmax():
     assert flat.item() == pytest.approx(torch.log(torch.tensor(11.0)).item())
 
 
+def _every_cut(order):
+    """Every way to cut ``order`` into consecutive non-empty micro-batches."""
+    import itertools
+
+    n = len(order)
+    for k in range(n):
+        for cuts in itertools.combinations(range(1, n), k):
+            yield [order[a:b] for a, b in zip((0,) + cuts, cuts + (n,))]
+
+
 def _check_plan(plan, n, micro):
     flat = [i for mb in plan for i in mb]
     assert sorted(flat) == list(range(n)) and all(0 < len(mb) <= micro for mb in plan)
@@ -58,7 +68,6 @@ def test_plan_sorts_by_length_when_completion_padding_dominates():
 def test_plan_cuts_where_padding_costs_more_than_a_micro_batch(share):
     """With an overhead per micro-batch, the length-sorted order is cut at the least total cost,
     found exactly (checked against every way to cut it), in micro-batches of at most ``micro``."""
-    import itertools
     import random
 
     from rlvr.training.forward import _cut_at_least_cost, micro_batch_cost, plan_micro_batches
@@ -74,9 +83,7 @@ def test_plan_cuts_where_padding_costs_more_than_a_micro_batch(share):
         def cost(plan):
             return sum(micro_batch_cost(c, prompts, comps, groups, share) + overhead for c in plan)
 
-        best = min(cost([order[a:b] for a, b in zip((0,) + cuts, cuts + (n,))])
-                   for k in range(n) for cuts in itertools.combinations(range(1, n), k)
-                   if all(b - a <= micro for a, b in zip((0,) + cuts, cuts + (n,))))
+        best = min(cost(plan) for plan in _every_cut(order) if all(len(c) <= micro for c in plan))
         found = _cut_at_least_cost(order, prompts, comps, groups, micro, share, overhead)
         _check_plan(found, n, micro)
         assert cost(found) == best
@@ -95,7 +102,6 @@ def test_micro_batches_sized_by_tokens(share):
     """``max_tokens`` (trainer.micro_batch_tokens): no micro-batch of two or more sequences puts
     more tokens through the model; one longer sequence goes alone; among length-sorted cuts that
     keep both limits the cheapest is found (checked against every way to cut)."""
-    import itertools
     import random
 
     from rlvr.training.forward import _cut_at_least_cost, micro_batch_cost, plan_micro_batches
@@ -115,9 +121,7 @@ def test_micro_batches_sized_by_tokens(share):
         def cost(plan):
             return sum(micro_batch_cost(c, prompts, comps, groups, share) + overhead for c in plan)
 
-        plans = [[order[a:b] for a, b in zip((0,) + cuts, cuts + (n,))]
-                 for k in range(n) for cuts in itertools.combinations(range(1, n), k)]
-        best = min(cost(p) for p in plans if all(len(c) <= micro and fits(c) for c in p))
+        best = min(cost(p) for p in _every_cut(order) if all(len(c) <= micro and fits(c) for c in p))
         found = _cut_at_least_cost(order, prompts, comps, groups, micro, share, overhead, cap)
         _check_plan(found, n, micro)
         assert all(fits(c) for c in found) and cost(found) == best
