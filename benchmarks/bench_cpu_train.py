@@ -18,8 +18,11 @@ Three tables, each figure measured here (nothing is taken from elsewhere):
    FLOPs a trained token costs (2 x the weights' multiply-adds a token forward, as many again
    for the backward to the activations, and again for the weights' gradients under full
    fine-tuning; attention scores left out) and the achieved share of the measured matmul rate.
-   Beside each, the same update with the output head's log-probs recomputed in the backward
-   pass (how rlvr took them for every head before ``frozen_head_logprobs``), as a ratio.
+   Beside each, as ratios, the same update with one change undone: the output head's log-probs
+   recomputed in the backward pass (how rlvr took them for every head before
+   ``frozen_head_logprobs``), peft's own LoRA forward, and (LoRA under bfloat16 autocast) the
+   frozen base held in float32 and the frozen head computing in float32, where ``rlvr train``
+   holds them in bfloat16 (``hold_frozen_linears``).
 3. **The sampler** (``--generation``): rlvr's colocated vLLM sampler (``VLLMSampler``, in this
    process, its KV cache sized as ``rlvr train`` sizes it), tokens/s against the sequences
    decoded together (``--sequences``: GSM8K-like prompts x 8 samples in one call, as a step asks;
@@ -157,7 +160,7 @@ def trainer(path: str, mode: str, groups: int, micro: int, dtype, mlp_rate: floa
     from transformers import AutoModelForCausalLM
 
     from rlvr.kit.device import device_policy
-    from rlvr.models.lora import fuse_lora_adds
+    from rlvr.models.lora import fuse_lora_adds, hold_frozen_linears
     from rlvr.recipe.spec import AlgorithmConfig
     from rlvr.training import losses
     from rlvr.training.learner import Learner
@@ -176,21 +179,30 @@ def trainer(path: str, mode: str, groups: int, micro: int, dtype, mlp_rate: floa
     frozen = losses.frozen_head
     if mode == "lora":
         fuse_lora_adds(model)  # as build_policy does
+    held = mode == "lora" and autocast  # build_policy's frozen_base_bf16: the frozen base in bfloat16
+    if held:
+        hold_frozen_linears(model, torch.bfloat16)
     warm = Learner(TimedBackend(model), AlgorithmConfig(kl={"beta": 0.0}), micro_batch_size=micro, temperature=0.7,
                    pad_id=0, device="cpu", share_prompts=True, cpu_autocast=autocast, micro_batch_overhead=overhead)
     warm.update(rollout_like_gsm8k(1, model.config.vocab_size, seed=1, lengths=(20, 40)), lr=0.0)  # first-call costs
     # rlvr as it trains, then each change undone alone: the anchors the ratios compare with
-    sides = {"rlvr": (frozen, True), "head recomputed": (lambda h: False, True)}
+    sides = {"rlvr": (frozen, True, held), "head recomputed": (lambda h: False, True, held)}
     if mode == "lora":
-        sides["peft's adds"] = (frozen, False)
+        sides["peft's adds"] = (frozen, False, held)
+    if held:  # the base in float32 under autocast, the frozen head computing in float32
+        sides["float32 base"] = (frozen, True, False)
     rows = {}
-    for side, (head_rule, fused) in [item for _ in range(rounds) for item in sides.items()]:  # alternating
+    for side, (head_rule, fused, bf16_base) in [item for _ in range(rounds) for item in sides.items()]:  # alternating
         losses.frozen_head = head_rule
         _set_fused(model, fused)
+        if held:
+            _hold_base(model, torch.bfloat16 if bf16_base else torch.float32)
         backend = TimedBackend(model)
         learner = Learner(backend, AlgorithmConfig(kl={"beta": 0.0}), micro_batch_size=micro, temperature=0.7,
                           pad_id=0, device="cpu", share_prompts=True, cpu_autocast=autocast,
                           micro_batch_overhead=overhead)
+        if held and not bf16_base:
+            learner.frozen_head_dtype = None
         start = time.perf_counter()
         update = learner.update(rollout, lr=1e-6)
         total = time.perf_counter() - start
@@ -207,13 +219,16 @@ def trainer(path: str, mode: str, groups: int, micro: int, dtype, mlp_rate: floa
             rows[side] = (update.sums, backend.times, total, no_grad or rows.get(side, (0, 0, 0, 0))[3])
     losses.frozen_head = frozen
     _set_fused(model, True)
+    if held:
+        _hold_base(model, torch.bfloat16)
     sums, times, total, no_grad = rows["rlvr"]
     trained, through = sums["tokens"], sums["forward_tokens"]
     passes = 3 if mode == "full" else 2  # forward, backward to activations, (weights' gradients)
     head_passes = 3 if mode == "full" or not frozen(_head(model)) else 2
     flops = 2 * (passes * body * through + head_passes * head * trained)
     forward = total - times["backward"] - times["optimizer"]
-    ratios = " | ".join(f"{rows[k][2] / total:.2f}x" if k in rows else "-" for k in ("head recomputed", "peft's adds"))
+    ratios = " | ".join(f"{rows[k][2] / total:.2f}x" if k in rows else "-"
+                        for k in ("head recomputed", "peft's adds", "float32 base"))
     print(f"| {mode} | {trained:.0f} ({through:.0f}) | {total:.1f} | {forward:.1f} | {times['backward']:.1f} | "
           f"{times['optimizer']:.2f} | {no_grad:.1f} | **{trained / total:.1f}** | {flops / trained / 1e9:.2f} | "
           f"{flops / total / 1e9:.0f} ({flops / total / 1e9 / mlp_rate:.0%}) | {ratios} | "
@@ -230,6 +245,17 @@ def _set_fused(model, fused: bool) -> None:
             m.__class__ = type(m).__bases__[0]
         elif hasattr(m, "lora_A") and type(m).__name__ == "Linear" and fused:
             fuse_lora_adds(m)
+
+
+def _hold_base(model, dtype) -> None:
+    """The frozen base's linear layers (and the head) in ``dtype``: bfloat16 as build_policy holds
+    them under autocast, or float32 as they were loaded (the values rounded once; the timing is
+    what this is for)."""
+    import torch
+
+    for m in model.modules():
+        if type(m) is torch.nn.Linear and not m.weight.requires_grad:
+            m.to(dtype)
 
 
 def _head(model):
@@ -303,8 +329,8 @@ def main() -> None:
         print(f"\n## 2. The trainer: {a.model}, {'bfloat16 autocast' if autocast else 'float32'}, one update of "
               f"{a.groups} x 8 sequences, micro-batches of {a.micro}, ppo_epochs 1, beta 0")
         print("| mode | trained (through) tokens | update s | forward s | backward s | optimizer s | a no-grad pass s "
-              "| tokens/s | GFLOP a token | GFLOP/s (of matmul rate) | head recomputed | peft's adds | peak RSS GiB |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+              "| tokens/s | GFLOP a token | GFLOP/s (of matmul rate) | head recomputed | peft's adds | float32 base | peak RSS GiB |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     torch.manual_seed(0)
     for mode in filter(None, a.modes.split(",")):
         trainer(path, mode, a.groups, a.micro, dtype, mlp_rate, autocast, a.rounds)

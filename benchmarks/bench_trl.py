@@ -1,7 +1,8 @@
 """rlvr vs TRL's ``RLOOTrainer``, side by side on this machine, alternating.
 
 The sides train SmolLM2-135M-Instruct (or ``--model``'s, the same on every side) in fp32 on CPU
-with RLOO on rlvr's ``arithmetic`` task,
+(every weight, or with ``--lora R`` the same LoRA adapters: rank R, alpha 2R, no dropout, on every
+projection; TRL's through its ``peft_config``) with RLOO on rlvr's ``arithmetic`` task,
 rewarded by rlvr's ``math`` reward, with the same prompt (system + user chat messages), the
 same prompts in the same order every step, K samples per prompt, P prompts per optimizer
 step (one optimizer step per generation batch, same micro-batch size), temperature 1.0,
@@ -61,6 +62,8 @@ repository root:
     .venv/bin/python benchmarks/bench_trl.py --steps 2 --prompts 1 --k 4 --max-tokens 16   # smoke
     .venv/bin/python benchmarks/bench_trl.py --model qwen2.5-coder-0.5b-instruct --sides rlvr,rlvr-bf16,trl \
         --steps 3 --prompts 2 --k 8 --max-tokens 64         # the 0.5B row
+    .venv/bin/python benchmarks/bench_trl.py --model qwen2.5-coder-0.5b-instruct --sides rlvr,rlvr-bf16,trl \
+        --steps 3 --prompts 2 --k 8 --max-tokens 64 --lora 16 --lr 1e-4   # the same with LoRA on both sides
 
 Needs TRL (``pip install trl==1.16.0``) unless ``--only`` names an rlvr side; ``make bench``
 installs it.
@@ -96,6 +99,8 @@ RLVR_SIDES = ("rlvr", "rlvr-bf16", "rlvr-server")
 SIDES = (*RLVR_SIDES, "trl")  # the order each round runs them in
 SERVER_SAMPLING = {"mode": "server", "max_staleness": 1}  # rlvr-server: the rlvr recipe plus these
 TARGET_RATIO, TARGET_SYNC = 0.33, 0.10  # the issue's CPU targets: s/step vs TRL, sync share of a step
+# --lora R: adapters of rank R (alpha 2R, no dropout) on every projection, on both sides
+LORA_TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
 # ---------------------------------------------------------------------------- shared helpers
@@ -219,7 +224,9 @@ def rlvr_recipe(a: argparse.Namespace, side: str) -> dict[str, Any]:
         "data": {"train_split": "train", "eval_split": "test", "seed": a.seed},
         "prompt": {"system": SYSTEM, "template": TEMPLATE},
         "rewards": {"math": {"weight": 1.0, "options": {"extract": EXTRACT}}},
-        "model": {"name": model_of(a), "dtype": "bfloat16" if side == "rlvr-bf16" else "float32"},
+        "model": {"name": model_of(a), "dtype": "bfloat16" if side == "rlvr-bf16" else "float32",
+                  **({"lora": {"r": a.lora, "alpha": 2 * a.lora, "dropout": 0.0, "target_modules": LORA_TARGETS}}
+                     if a.lora else {})},
         "sampling": sampling,
         "trainer": {
             "steps": a.steps, "rollout_batch_size": a.prompts * a.k, "micro_batch_size": a.micro,
@@ -297,7 +304,8 @@ def run_trl(a: argparse.Namespace, work: Path) -> dict[str, Any]:
     result = work / "trl.json"
     cmd = [sys.executable, str(Path(__file__).resolve()), "--_trl-worker", str(result),
            "--steps", str(a.steps), "--prompts", str(a.prompts), "--k", str(a.k), "--max-tokens", str(a.max_tokens),
-           "--lr", str(a.lr), "--seed", str(a.seed), "--micro", str(a.micro), "--model", model_of(a)]
+           "--lr", str(a.lr), "--seed", str(a.seed), "--micro", str(a.micro), "--model", model_of(a),
+           "--lora", str(a.lora)]
     proc = run_monitored("TRL", cmd, work / "log.txt", a.timeout)
     if proc["returncode"] != 0 or not result.exists():
         raise RuntimeError(f"TRL run failed (exit {proc['returncode']}); last lines of {work / 'log.txt'}:\n"
@@ -374,7 +382,13 @@ def trl_worker(a: argparse.Namespace) -> None:
         max_steps=a.steps, logging_steps=1, report_to="none", save_strategy="no", disable_tqdm=True,
         dataloader_num_workers=0,
     )
-    trainer = RLOOTrainer(model=model_path, reward_funcs=[reward], args=config,
+    peft_config = None
+    if a.lora:
+        from peft import LoraConfig
+
+        peft_config = LoraConfig(r=a.lora, lora_alpha=2 * a.lora, lora_dropout=0.0, target_modules=LORA_TARGETS,
+                                 task_type="CAUSAL_LM")
+    trainer = RLOOTrainer(model=model_path, reward_funcs=[reward], args=config, peft_config=peft_config,
                           train_dataset=Dataset.from_list(records), processing_class=tokenizer, callbacks=[Timer()])
     original_generate = trainer._generate
 
@@ -518,7 +532,8 @@ def side_verdict(side: str, r: dict[str, Any], t: dict[str, Any] | None) -> dict
 def report(summary: dict[str, dict[str, Any]], a: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Print both tables and each rlvr side's verdict; return the verdicts by side."""
     print()
-    print(f"model {model_of(a)} fp32 | task {TASK} {TASK_OPTIONS} | {a.prompts} prompts x K={a.k} a step "
+    adapters = f" | LoRA r{a.lora} on every projection" if a.lora else " | full fine-tuning"
+    print(f"model {model_of(a)} fp32{adapters} | task {TASK} {TASK_OPTIONS} | {a.prompts} prompts x K={a.k} a step "
           f"(micro-batch {a.micro}) | max {a.max_tokens} new tokens | lr {a.lr:g} | {a.steps} steps x {a.rounds} round(s)")
     print_table(summary, SIDES, COLUMNS)
     rlvr_sides = [side for side in RLVR_SIDES if side in summary]
@@ -546,6 +561,8 @@ def main() -> int:
     p.add_argument("--micro", type=int, default=None, help="sequences per forward/backward (default: largest divisor of prompts*k up to 16)")
     p.add_argument("--rounds", type=int, default=1, help="alternations rlvr, rlvr-bf16, rlvr-server, TRL, rlvr, ... (default 1)")
     p.add_argument("--lr", type=float, default=1e-5)
+    p.add_argument("--lora", type=int, default=0, metavar="R",
+                   help="train LoRA adapters of rank R (alpha 2R) on every projection, on both sides (default 0: full fine-tuning)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--only", choices=SIDES, default=None, help="run one side only (default: all)")
     p.add_argument("--sides", default=None, help="comma-separated sides to run, e.g. rlvr,trl (default: all)")
@@ -556,8 +573,8 @@ def main() -> int:
     p.add_argument("--keep", action="store_true", help="keep the runs' temporary folders (logs, metrics)")
     p.add_argument("--_trl-worker", dest="_trl_worker", default=None, help=argparse.SUPPRESS)
     a = p.parse_args()
-    if a.steps < 1 or a.prompts < 1 or a.k < 2 or a.max_tokens < 1 or a.rounds < 1:
-        p.error("need --steps >= 1, --prompts >= 1, --k >= 2, --max-tokens >= 1, --rounds >= 1")
+    if a.steps < 1 or a.prompts < 1 or a.k < 2 or a.max_tokens < 1 or a.rounds < 1 or a.lora < 0:
+        p.error("need --steps >= 1, --prompts >= 1, --k >= 2, --max-tokens >= 1, --rounds >= 1, --lora >= 0")
     a.micro = a.micro or micro_batch(a.prompts * a.k)
     if (a.prompts * a.k) % a.micro:
         p.error(f"--micro {a.micro} must divide prompts*k = {a.prompts * a.k}")

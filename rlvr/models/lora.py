@@ -1,5 +1,6 @@
 """LoRA adapters merged into their base weights for a while, for sampling at the base model's speed;
-and the adapters' product added to the base layer's output inside one matmul, for training."""
+the adapters' product added to the base layer's output inside one matmul, and the frozen base
+held in bfloat16 under autocast, for training."""
 
 from __future__ import annotations
 
@@ -34,6 +35,30 @@ def merged_adapters(model) -> Iterator[None]:
         with torch.no_grad():
             for weight, original in saved:
                 weight.copy_(original)
+
+
+def hold_frozen_linears(model, dtype) -> int:
+    """Hold the weights (and biases) of every ``torch.nn.Linear`` of ``model`` that is not trained
+    in ``dtype``, in place of their float32 copies: a LoRA model's base projections and its output
+    head. For a trainer under bfloat16 autocast that is what autocast casts them to in every
+    forward pass anyway, so the forward computes the same; the casts, and the bfloat16 copies
+    autocast keeps for the backward pass, are gone, and the frozen weights take half the memory.
+    Left alone: trained layers (the adapters), and a head that shares its weight with the input
+    embeddings (the residual stream starts from those, and stays float32). Returns how many
+    parameters (elements) changed dtype."""
+    import torch
+
+    embedded = {id(m.weight) for m in model.modules() if isinstance(m, torch.nn.Embedding)}
+    count = 0
+    for module in model.modules():
+        if type(module) is not torch.nn.Linear or id(module.weight) in embedded:
+            continue
+        params = list(module.parameters(recurse=False))
+        if any(p.requires_grad for p in params) or all(p.dtype == dtype for p in params):
+            continue
+        module.to(dtype)
+        count += sum(p.numel() for p in params)
+    return count
 
 
 def fuse_lora_adds(model) -> int:

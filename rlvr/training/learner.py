@@ -123,9 +123,10 @@ class Learner:
         ``micro_batch_tokens``: at most that many tokens through the model in a micro-batch of
         two or more sequences (None: no limit but ``micro_batch_size``).
         ``cpu_autocast``: the model's forward (and so its backward) in bfloat16 under
-        ``torch.autocast`` on CPU, weights and optimizer in float32; the output head of the
-        chunked log-probs runs outside autocast in its weights' dtype (float32 there, bfloat16
-        under DeepSpeed's bf16 mode), and its logits go to float32 before the log-softmax."""
+        ``torch.autocast`` on CPU, trained weights and optimizer in float32; the output head of
+        the chunked log-probs runs outside autocast, in bfloat16 when it is not trained (LoRA) and
+        in its weights' dtype when it is (float32 there, bfloat16 under DeepSpeed's bf16 mode),
+        and its logits go to float32 before the log-softmax."""
         self.backend, self.algo, self.micro = backend, algorithm, micro_batch_size
         self.temperature, self.pad_id, self.device = temperature, pad_id, device
         self.share_prompts, self.ref_model, self.is_mode = share_prompts, ref_model, is_mode
@@ -133,6 +134,7 @@ class Learner:
         self.chunk_tokens, self.overhead, self.max_tokens = logprob_chunk_tokens, micro_batch_overhead, micro_batch_tokens
         self._head_makes_logits: dict[int, bool] = {}
         self.cpu_autocast = cpu_autocast
+        self.frozen_head_dtype = torch.bfloat16 if cpu_autocast else None  # head_logprobs' frozen_dtype
 
     def _autocast(self):
         return torch.autocast("cpu", dtype=torch.bfloat16) if self.cpu_autocast else nullcontext()
@@ -155,7 +157,8 @@ class Learner:
                                 "log-probs come from its full logits")
                     return self.logprobs(module, prompts, completions, want_entropy)
             logp, entropy = head_logprobs(hidden, head, targets, mask, temperature=self.temperature,
-                                          want_entropy=want_entropy, chunk_tokens=self.chunk_tokens)
+                                          want_entropy=want_entropy, chunk_tokens=self.chunk_tokens,
+                                          frozen_dtype=self.frozen_head_dtype)
             return logp, mask.float(), entropy
         with self._autocast():
             logits, targets, mask = completion_logits(module, prompts, completions, pad_id=self.pad_id,

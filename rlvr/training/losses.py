@@ -35,7 +35,8 @@ def token_logprobs_and_entropy(logits: torch.Tensor, tokens: torch.Tensor, want_
 
 
 def head_logprobs(hidden: torch.Tensor, head, tokens: torch.Tensor, mask: torch.Tensor, *,
-                  temperature: float = 1.0, want_entropy: bool = True, chunk_tokens: int = 256):
+                  temperature: float = 1.0, want_entropy: bool = True, chunk_tokens: int = 256,
+                  frozen_dtype: torch.dtype | None = None):
     """What :func:`token_logprobs_and_entropy` gives for ``head(hidden) / temperature``, without
     ever holding the logits of the whole batch: the output head runs on the real tokens only
     (``mask``), ``chunk_tokens`` at a time, in the head's own dtype (the hidden states are cast to
@@ -47,15 +48,22 @@ def head_logprobs(hidden: torch.Tensor, head, tokens: torch.Tensor, mask: torch.
     A head that is not trained (LoRA; any frozen head held whole on this rank) goes through
     :func:`frozen_head_logprobs`: the gradient with respect to the hidden states is formed in the
     same pass as the log-probs, two head matmuls a token instead of three. A trained head's
-    chunk logits are recomputed in the backward pass instead of being kept."""
+    chunk logits are recomputed in the backward pass instead of being kept. ``frozen_dtype``: the
+    dtype a head that is not trained computes in, whatever its weights' (bfloat16 for a trainer
+    under bfloat16 autocast, where the rest of the model computes in it too); its logits still go to
+    float32 for the log-softmax."""
     from torch.utils.checkpoint import checkpoint
 
     real = mask.bool()
-    h, t = hidden[real].to(head_dtype(head, hidden.dtype)), tokens[real]
+    frozen = frozen_head(head)
+    dtype = frozen_dtype if frozen and frozen_dtype is not None else head_dtype(head, hidden.dtype)
+    h, t = hidden[real].to(dtype), tokens[real]
     zeros = torch.zeros(tokens.shape, dtype=torch.float32, device=tokens.device)
-    if h.shape[0] and frozen_head(head):
-        logp, entropy = frozen_head_logprobs(h, head.weight, getattr(head, "bias", None), t, temperature=temperature,
-                                             want_entropy=want_entropy, chunk_tokens=chunk_tokens)
+    if h.shape[0] and frozen:
+        bias = getattr(head, "bias", None)
+        logp, entropy = frozen_head_logprobs(h, head.weight.to(dtype), None if bias is None else bias.to(dtype), t,
+                                             temperature=temperature, want_entropy=want_entropy,
+                                             chunk_tokens=chunk_tokens)
         out = zeros.masked_scatter(real, logp)
         return out, (zeros.masked_scatter(real, entropy) if want_entropy else None)
     parts, entropies = [], []

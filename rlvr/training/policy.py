@@ -142,16 +142,27 @@ class DeepSpeedBackend:
         return self.engine.optimizer.param_groups[0]["lr"]
 
 
+def frozen_base_bf16(recipe, policy, zero_stage: int) -> bool:
+    """Whether a LoRA trainer holds its frozen base in bfloat16 (``rlvr.models.lora.hold_frozen_linears``):
+    where it computes under bfloat16 autocast on a CPU (``DevicePolicy.autocast``), its weights
+    whole on each rank (not ZeRO-3), and no sampler generates on those live weights outside autocast
+    (``sampling.backend: hf``)."""
+    from rlvr.recipe.sampler_backends import SAMPLER_BACKENDS
+
+    return bool(recipe.model.lora) and policy.autocast(recipe.model.dtype) and zero_stage != 3 \
+        and not SAMPLER_BACKENDS[recipe.sampling.backend].live
+
+
 def build_policy(recipe, model_path: str, *, world: int, device, policy):
     """(DeepSpeedBackend, reference model or None, zero stage) for a recipe, under the
     ``rlvr.kit.device.DevicePolicy`` ``policy``: DeepSpeed's bf16 or fp16 mode where it says
     (its weights and the reference's then in that dtype), float32 weights otherwise (a bfloat16
-    trainer on a CPU is autocast over them)."""
+    trainer on a CPU is autocast over them, a LoRA base then held in bfloat16: ``frozen_base_bf16``)."""
     import deepspeed
     import torch
     from transformers import AutoModelForCausalLM
 
-    from rlvr.models.lora import fuse_lora_adds
+    from rlvr.models.lora import fuse_lora_adds, hold_frozen_linears
 
     t, kl = recipe.trainer, recipe.algorithm.kl
     bf16, fp16 = policy.deepspeed_precision(recipe.model.dtype)
@@ -168,6 +179,8 @@ def build_policy(recipe, model_path: str, *, world: int, device, policy):
                                                  target_modules=lc.target_modules, task_type="CAUSAL_LM"))
         fuse_lora_adds(model)  # each adapter's product added inside one matmul (rlvr.models.lora)
     zero_stage = effective_zero_stage(t, world)
+    if frozen_base_bf16(recipe, policy, zero_stage):
+        hold_frozen_linears(model, torch.bfloat16)
     if zero_stage != t.zero_stage:
         log.info("one rank, no offload: running DeepSpeed ZeRO stage 0 (trainer.zero_stage %d partitions nothing)",
                  t.zero_stage)

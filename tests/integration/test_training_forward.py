@@ -159,6 +159,17 @@ def _lora(arch: str, dtype=torch.float32):
     return model
 
 
+def _lora_rollout():
+    """Two prompts x 4 completions of mixed lengths, each group with a gradient."""
+    from rlvr.sampling.samplers import Completion
+    from rlvr.training.rollout import Rollout
+
+    prompts = [[5, 6, 7], [8, 9, 10, 11, 12, 13]]
+    comps = [[20, 21, 22, 23], [30], [24, 25, 26], [40, 41, 42, 43, 44, 45], [31, 32, 33], [26, 27], [46, 47], [50]]
+    rewards = [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0]
+    return Rollout(4, prompts, [Completion("", c, False) for c in comps], rewards, {"r": rewards})
+
+
 class _Recorder:
     """A learner backend that keeps the gradient of the update instead of stepping."""
 
@@ -185,16 +196,11 @@ def test_a_frozen_heads_update_equals_the_full_logits_one(arch, chunk):
     the same loss, entropy, clip figures and LoRA gradients as from the model's full logits,
     to 1e-6 in float32, over two PPO epochs (old log-probs, ratios and clipping in play)."""
     from rlvr.recipe.spec import AlgorithmConfig
-    from rlvr.sampling.samplers import Completion
     from rlvr.training.forward import output_head
     from rlvr.training.learner import Learner
     from rlvr.training.losses import frozen_head
-    from rlvr.training.rollout import Rollout
 
-    prompts = [[5, 6, 7], [8, 9, 10, 11, 12, 13]]
-    comps = [[20, 21, 22, 23], [30], [24, 25, 26], [40, 41, 42, 43, 44, 45], [31, 32, 33], [26, 27], [46, 47], [50]]
-    rewards = [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0]
-    rollout = Rollout(4, prompts, [Completion("", c, False) for c in comps], rewards, {"r": rewards})
+    rollout = _lora_rollout()
     algo = AlgorithmConfig(ppo_epochs=2, clip={"eps_low": 0.01, "eps_high": 0.01})
     results = []
     for chunk_tokens in (0, chunk):  # 0: log-probs from the model's logits
@@ -240,15 +246,10 @@ def test_lora_adds_in_one_matmul_give_peft_outputs_and_gradients():
 
     from rlvr.models.lora import fuse_lora_adds, merged_adapters
     from rlvr.recipe.spec import AlgorithmConfig
-    from rlvr.sampling.samplers import Completion
     from rlvr.training.learner import Learner
-    from rlvr.training.rollout import Rollout
 
     ids = torch.randint(1, 90, (3, 7))
-    prompts = [[5, 6, 7], [8, 9, 10, 11, 12, 13]]
-    comps = [[20, 21, 22, 23], [30], [24, 25, 26], [40, 41, 42, 43, 44, 45], [31, 32, 33], [26, 27], [46, 47], [50]]
-    rewards = [1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0, 1.0]
-    rollout = Rollout(4, prompts, [Completion("", c, False) for c in comps], rewards, {"r": rewards})
+    rollout = _lora_rollout()
     seen = []
     for fuse in (False, True):
         model = _lora("qwen2")
@@ -272,3 +273,75 @@ def test_lora_adds_in_one_matmul_give_peft_outputs_and_gradients():
         assert torch.allclose(seen[1][3][name], g, atol=1e-6, rtol=0), name
     with_dropout = get_peft_model(_model("qwen2"), LoraConfig(r=4, target_modules=["q_proj"], lora_dropout=0.1))
     assert fuse_lora_adds(with_dropout) == 0
+
+
+# ------------------------------------------------- a LoRA base held in bfloat16 under the CPU's autocast
+@pytest.mark.parametrize("arch", ["qwen2", "llama"])  # llama: the head is the tied embedding, kept float32
+def test_a_lora_base_held_in_bfloat16_computes_what_autocast_computes(arch):
+    """``hold_frozen_linears``: the frozen projections (and an untied head) of a LoRA model in
+    bfloat16, adapters, embeddings and norms in float32. Under the CPU's bfloat16 autocast, which
+    casts each weight to bfloat16 in every forward anyway, an update gives the same loss and
+    adapter gradients as over the float32 base, and the frozen head computes in bfloat16 either way
+    (``frozen_dtype``): its log-probs are the float32 head's up to bfloat16's rounding, not equal."""
+    from rlvr.models.lora import fuse_lora_adds, hold_frozen_linears
+    from rlvr.recipe.spec import AlgorithmConfig
+    from rlvr.training.forward import output_head
+    from rlvr.training.learner import Learner
+
+    rollout = _lora_rollout()
+    results = []
+    for held in (False, True):
+        model = _lora(arch)
+        fuse_lora_adds(model)
+        frozen = sum(p.numel() for n, p in model.named_parameters() if "lora_" not in n)
+        cast = hold_frozen_linears(model, torch.bfloat16) if held else 0
+        dtypes = {n: p.dtype for n, p in model.named_parameters()}
+        backend = _Recorder(model)
+        learner = Learner(backend, AlgorithmConfig(), micro_batch_size=3, temperature=0.7, pad_id=0, device="cpu",
+                          share_prompts=True, logprob_chunk_tokens=4, cpu_autocast=True)
+        update = learner.update(rollout, lr=0.0)
+        with torch.no_grad():
+            logp, mask, _ = learner.logprobs(model, rollout.prompt_ids[:1], [rollout.completions[0].token_ids])
+        results.append((update.sums, backend.grads, logp, cast, frozen, dtypes, output_head(model)))
+    (want_sums, want_grads, logp32, *_), (sums, grads, logp16, cast, frozen, dtypes, head) = results
+    assert all(d == torch.float32 for n, d in dtypes.items() if "lora_" in n or "norm" in n or "embed" in n)
+    assert all(d == torch.bfloat16 for n, d in dtypes.items() if "base_layer" in n or n.endswith("_proj.weight"))
+    tied = arch == "llama"
+    assert head.weight.dtype == (torch.float32 if tied else torch.bfloat16)
+    assert 0 < cast < frozen  # the embeddings (and norms) stay float32
+    assert set(grads) == set(want_grads) and all("lora_" in n and g.dtype == torch.float32 for n, g in grads.items())
+    for key in ("loss", "entropy", "tokens"):
+        assert sums[key] == pytest.approx(want_sums[key], rel=1e-6, abs=1e-6), key
+    for name, g in want_grads.items():
+        assert torch.allclose(grads[name], g, atol=1e-6, rtol=0), (name, (grads[name] - g).abs().max())
+    # the bfloat16 head against a float32 one: the same model, log-probs through the float32 head
+    model = _lora(arch)
+    learner = Learner(None, AlgorithmConfig(), micro_batch_size=3, temperature=0.7, pad_id=0, device="cpu",
+                      share_prompts=True, logprob_chunk_tokens=4, cpu_autocast=False)
+    with torch.no_grad():
+        exact, _, _ = learner.logprobs(model, rollout.prompt_ids[:1], [rollout.completions[0].token_ids])
+    gap = ((logp16 - exact) * mask).abs().max().item()
+    assert torch.equal(logp16, logp32) and 0 < gap < 0.1, gap
+
+
+def test_which_lora_trainers_hold_their_base_in_bfloat16():
+    """Under the CPU's bfloat16 autocast only, with LoRA, not under ZeRO-3 (weights in shards), and
+    not when the sampler generates on the live weights outside autocast (``sampling.backend: hf``)."""
+    from rlvr.kit.device import DevicePolicy
+    from rlvr.recipe.spec import Recipe
+    from rlvr.training.policy import frozen_base_bf16
+
+    def recipe(lora=True, backend="vllm", dtype="auto"):
+        return Recipe.model_validate({"name": "t", "task": "arithmetic", "rewards": {"math": 1.0},
+                                      "model": {"dtype": dtype, "lora": {"r": 4} if lora else None},
+                                      "sampling": {"backend": backend}})
+
+    cpu_bf16, cpu = DevicePolicy(cuda=False, cuda_rules=False, bf16=True), DevicePolicy(cuda=False, cuda_rules=False, bf16=False)
+    cuda = DevicePolicy(cuda=True, cuda_rules=True, bf16=True)
+    assert frozen_base_bf16(recipe(), cpu_bf16, 0) and frozen_base_bf16(recipe(), cpu_bf16, 2)
+    assert frozen_base_bf16(recipe(dtype="bfloat16"), cpu, 0)  # pinned: autocast, emulated or not
+    assert not frozen_base_bf16(recipe(), cpu, 0)  # auto on a CPU without bf16: float32
+    assert not frozen_base_bf16(recipe(lora=False), cpu_bf16, 0)
+    assert not frozen_base_bf16(recipe(), cpu_bf16, 3)
+    assert not frozen_base_bf16(recipe(backend="hf"), cpu_bf16, 0)
+    assert not frozen_base_bf16(recipe(), cuda, 0)  # DeepSpeed's bf16 mode holds every weight in bfloat16

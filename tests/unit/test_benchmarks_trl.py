@@ -24,7 +24,7 @@ def bench():
 
 
 def args(**kw) -> argparse.Namespace:
-    base = dict(k=4, max_tokens=16, seed=0, steps=3, prompts=2, micro=8, lr=1e-5, rounds=1)
+    base = dict(k=4, max_tokens=16, seed=0, steps=3, prompts=2, micro=8, lr=1e-5, rounds=1, lora=0)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -99,3 +99,12 @@ def test_report_gives_each_rlvr_side_its_verdict_against_trl(bench, capsys):
     assert "time per step rlvr-server/TRL: 0.300x" in out and "(target <= 0.33x)" in out
     rows = [line for line in out.splitlines() if line.startswith("rlvr-server ") and "->" not in line]
     assert len(rows) == 2 and rows[1].split()[-4:] == ["11.1%", "0.0%", "1.00", "1"]  # a row in each table
+
+
+def test_lora_puts_the_same_adapters_on_every_rlvr_side(bench):
+    """``--lora R``: each rlvr side trains adapters of rank R, alpha 2R, no dropout, on every
+    projection (TRL's side gets the same through its peft_config); without it, every weight."""
+    for side in ("rlvr", "rlvr-bf16", "rlvr-server"):
+        lora = Recipe.model_validate(bench.rlvr_recipe(args(lora=16), side)).model.lora
+        assert (lora.r, lora.alpha, lora.dropout, lora.target_modules) == (16, 32, 0.0, bench.LORA_TARGETS)
+        assert Recipe.model_validate(bench.rlvr_recipe(args(), side)).model.lora is None
