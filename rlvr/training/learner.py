@@ -22,8 +22,8 @@ from rlvr.models.distributed import add_sums, reduce_sums
 from rlvr.recipe.loss_variants import POLICY_LOSSES
 from rlvr.training.algo import rloo_advantages, shortest_correct_penalty
 from rlvr.training.forward import completion_hidden, completion_logits, micro_batch_cost, output_head, plan_micro_batches
-from rlvr.training.losses import (aggregate, head_logprobs, importance_weights, kl_estimate, surrogate_loss,
-                                  token_logprobs_and_entropy)
+from rlvr.training.losses import (aggregate, frozen_head, head_logprobs, importance_weights, kl_estimate,
+                                  surrogate_loss, token_logprobs_and_entropy)
 from rlvr.training.rollout import Rollout
 
 log = logging.getLogger("rlvr.training.learner")
@@ -134,7 +134,19 @@ class Learner:
         self.chunk_tokens, self.overhead, self.max_tokens = logprob_chunk_tokens, micro_batch_overhead, micro_batch_tokens
         self._head_makes_logits: dict[int, bool] = {}
         self.cpu_autocast = cpu_autocast
-        self.frozen_head_dtype = torch.bfloat16 if cpu_autocast else None  # head_logprobs' frozen_dtype
+        # head_logprobs' frozen_dtype: under the CPU's autocast a frozen head computes in bfloat16,
+        # when the policy's own head is frozen (LoRA); a trained head computes in float32, and so
+        # then does a frozen reference's, so that the KL compares like with like
+        self.frozen_head_dtype = torch.bfloat16 if cpu_autocast else None
+        self._policy_head_frozen: bool | None = None
+
+    def _frozen_dtype(self) -> torch.dtype | None:
+        policy = getattr(self.backend, "policy", None)
+        if self.frozen_head_dtype is None or policy is None:
+            return self.frozen_head_dtype
+        if self._policy_head_frozen is None:
+            self._policy_head_frozen = frozen_head(output_head(policy))
+        return self.frozen_head_dtype if self._policy_head_frozen else None
 
     def _autocast(self):
         return torch.autocast("cpu", dtype=torch.bfloat16) if self.cpu_autocast else nullcontext()
@@ -158,7 +170,7 @@ class Learner:
                     return self.logprobs(module, prompts, completions, want_entropy)
             logp, entropy = head_logprobs(hidden, head, targets, mask, temperature=self.temperature,
                                           want_entropy=want_entropy, chunk_tokens=self.chunk_tokens,
-                                          frozen_dtype=self.frozen_head_dtype)
+                                          frozen_dtype=self._frozen_dtype())
             return logp, mask.float(), entropy
         with self._autocast():
             logits, targets, mask = completion_logits(module, prompts, completions, pad_id=self.pad_id,

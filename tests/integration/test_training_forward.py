@@ -345,3 +345,30 @@ def test_which_lora_trainers_hold_their_base_in_bfloat16():
     assert not frozen_base_bf16(recipe(), cpu_bf16, 3)
     assert not frozen_base_bf16(recipe(backend="hf"), cpu_bf16, 0)
     assert not frozen_base_bf16(recipe(), cuda, 0)  # DeepSpeed's bf16 mode holds every weight in bfloat16
+
+
+def test_a_frozen_reference_computes_its_head_as_the_trained_policy_does():
+    """Full fine-tuning with a KL term under the CPU's autocast: the policy's trained head computes
+    in float32, and so does the frozen reference's, so that at the start (the same weights) the
+    reference's log-probs are the policy's (to float32's rounding); under LoRA both heads compute
+    in bfloat16."""
+    import copy
+
+    from rlvr.recipe.spec import AlgorithmConfig
+    from rlvr.training.learner import Learner
+
+    rollout = _lora_rollout()
+    prompts, comps = rollout.seq_prompts, [c.token_ids for c in rollout.completions]
+    policy = _model("qwen2")
+    reference = copy.deepcopy(policy).requires_grad_(False)
+    learner = Learner(_Recorder(policy), AlgorithmConfig(kl={"beta": 0.1}), micro_batch_size=8, temperature=0.7,
+                      pad_id=0, device="cpu", share_prompts=True, ref_model=reference, cpu_autocast=True)
+    with torch.no_grad():
+        mine, mask, _ = learner.logprobs(policy, prompts, comps)
+        theirs = learner._reference(prompts, comps)
+    # float32 both (the frozen path's own softmax against autograd's: rounding only); a bfloat16
+    # reference head would differ by about 1e-2
+    assert torch.allclose(mine * mask, theirs * mask, atol=1e-5, rtol=0) and learner._frozen_dtype() is None
+    lora = Learner(_Recorder(_lora("qwen2")), AlgorithmConfig(), micro_batch_size=8, temperature=0.7, pad_id=0,
+                   device="cpu", share_prompts=True, cpu_autocast=True)
+    assert lora._frozen_dtype() == torch.bfloat16
