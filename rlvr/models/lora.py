@@ -106,11 +106,14 @@ def _fused_linear_class(base):
                     or hasattr(self.lora_B[name].weight, "ds_id"):  # ZeRO-3 gathers B only when B is called
                 return super().forward(x, *args, **kwargs)
             weight, a_dtype = self.lora_B[name].weight, self.lora_A[name].weight.dtype
+            autocast = torch.is_autocast_enabled(x.device.type)
             # mixed dtypes outside autocast: peft's promotion, decided before anything is computed
-            if not torch.is_autocast_enabled(x.device.type) and not self.base_layer.weight.dtype == a_dtype == weight.dtype:
+            if not autocast and not self.base_layer.weight.dtype == a_dtype == weight.dtype:
                 return super().forward(x)
             result = self.base_layer(x)
-            a = self.lora_A[name](self._cast_input_dtype(x, a_dtype))
+            # under autocast A's product runs in bfloat16 whatever x's dtype: peft's cast of x to
+            # A's float32 would only write x twice more (there and back), and its gradient again
+            a = self.lora_A[name](x if autocast else self._cast_input_dtype(x, a_dtype))
             flat = torch.addmm(result.reshape(-1, result.shape[-1]), a.reshape(-1, a.shape[-1]), weight.t(),
                                alpha=self.scaling[name])
             return flat.view(result.shape).to(result.dtype)

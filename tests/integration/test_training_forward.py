@@ -372,3 +372,28 @@ def test_a_frozen_reference_computes_its_head_as_the_trained_policy_does():
     lora = Learner(_Recorder(_lora("qwen2")), AlgorithmConfig(), micro_batch_size=8, temperature=0.7, pad_id=0,
                    device="cpu", share_prompts=True, cpu_autocast=True)
     assert lora._frozen_dtype() == torch.bfloat16
+
+
+def test_lora_adds_under_autocast_skip_peft_s_float32_copy_of_the_input():
+    """Under the CPU's bfloat16 autocast the fused LoRA layer hands A the bfloat16 input as it is
+    (autocast computes A's product in bfloat16 either way); peft casts it to A's float32 first,
+    which writes the activations twice more. Outputs and gradients agree with peft's to bfloat16's
+    rounding."""
+    from rlvr.models.lora import fuse_lora_adds
+
+    outs, seen = [], []
+    for fuse in (False, True):
+        model = _lora("qwen2")
+        if fuse:
+            fuse_lora_adds(model)
+        layer = model.base_model.model.model.layers[0].mlp.up_proj
+        hook = layer.lora_A["default"].register_forward_pre_hook(lambda m, args: seen.append(args[0].dtype))
+        x = torch.randn(5, 64, dtype=torch.bfloat16, requires_grad=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = layer(x)
+        y.float().square().sum().backward()
+        hook.remove()
+        outs.append((y.float(), x.grad.float(), layer.lora_B["default"].weight.grad))
+    assert seen == [torch.float32, torch.bfloat16]
+    for peft_side, fused_side in zip(*outs):
+        assert torch.allclose(fused_side, peft_side, rtol=3e-2, atol=3e-2), (fused_side - peft_side).abs().max()
