@@ -196,7 +196,8 @@ def trainer(path: str, mode: str, groups: int, micro: int, dtype, mlp_rate: floa
         losses.frozen_head = head_rule
         _set_fused(model, fused)
         if held:
-            _hold_base(model, torch.bfloat16 if bf16_base else torch.float32)
+            # float32 as loaded (the values rounded once; the timing is what this is for)
+            hold_frozen_linears(model, torch.bfloat16 if bf16_base else torch.float32)
         backend = TimedBackend(model)
         learner = Learner(backend, AlgorithmConfig(kl={"beta": 0.0}), micro_batch_size=micro, temperature=0.7,
                           pad_id=0, device="cpu", share_prompts=True, cpu_autocast=autocast,
@@ -220,7 +221,7 @@ def trainer(path: str, mode: str, groups: int, micro: int, dtype, mlp_rate: floa
     losses.frozen_head = frozen
     _set_fused(model, True)
     if held:
-        _hold_base(model, torch.bfloat16)
+        hold_frozen_linears(model, torch.bfloat16)
     sums, times, total, no_grad = rows["rlvr"]
     trained, through = sums["tokens"], sums["forward_tokens"]
     passes = 3 if mode == "full" else 2  # forward, backward to activations, (weights' gradients)
@@ -245,17 +246,6 @@ def _set_fused(model, fused: bool) -> None:
             m.__class__ = type(m).__bases__[0]
         elif hasattr(m, "lora_A") and type(m).__name__ == "Linear" and fused:
             fuse_lora_adds(m)
-
-
-def _hold_base(model, dtype) -> None:
-    """The frozen base's linear layers (and the head) in ``dtype``: bfloat16 as build_policy holds
-    them under autocast, or float32 as they were loaded (the values rounded once; the timing is
-    what this is for)."""
-    import torch
-
-    for m in model.modules():
-        if type(m) is torch.nn.Linear and not m.weight.requires_grad:
-            m.to(dtype)
 
 
 def _head(model):

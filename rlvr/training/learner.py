@@ -138,15 +138,10 @@ class Learner:
         # when the policy's own head is frozen (LoRA); a trained head computes in float32, and so
         # then does a frozen reference's, so that the KL compares like with like
         self.frozen_head_dtype = torch.bfloat16 if cpu_autocast else None
-        self._policy_head_frozen: bool | None = None
 
     def _frozen_dtype(self) -> torch.dtype | None:
         policy = getattr(self.backend, "policy", None)
-        if self.frozen_head_dtype is None or policy is None:
-            return self.frozen_head_dtype
-        if self._policy_head_frozen is None:
-            self._policy_head_frozen = frozen_head(output_head(policy))
-        return self.frozen_head_dtype if self._policy_head_frozen else None
+        return self.frozen_head_dtype if policy is None or frozen_head(output_head(policy)) else None
 
     def _autocast(self):
         return torch.autocast("cpu", dtype=torch.bfloat16) if self.cpu_autocast else nullcontext()

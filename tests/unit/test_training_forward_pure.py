@@ -64,6 +64,16 @@ def test_plan_sorts_by_length_when_completion_padding_dominates():
     _check_plan(plan_micro_batches([5] * 10, list(range(10)), 5, 4, True), 10, 4)
 
 
+def _random_plan_case(rng, max_micro: int, overheads: list[int], max_completion: int):
+    """(n, micro, overhead, prompt lengths, completion lengths, groups, the length-sorted order) of
+    a random batch of at most 9 sequences, for the brute-force plan tests."""
+    n, micro, overhead = rng.randint(1, 9), rng.randint(1, max_micro), rng.choice(overheads)
+    prompts = [rng.randint(20, 40) for _ in range(n)]
+    comps = [rng.randint(1, max_completion) for _ in range(n)]
+    groups = [rng.randint(0, 2) for _ in range(n)]
+    return n, micro, overhead, prompts, comps, groups, sorted(range(n), key=lambda i: (prompts[i] + comps[i], i))
+
+
 @pytest.mark.parametrize("share", [True, False])
 def test_plan_cuts_where_padding_costs_more_than_a_micro_batch(share):
     """With an overhead per micro-batch, the length-sorted order is cut at the least total cost,
@@ -74,11 +84,7 @@ def test_plan_cuts_where_padding_costs_more_than_a_micro_batch(share):
 
     rng = random.Random(0)
     for _ in range(30):
-        n, micro, overhead = rng.randint(1, 9), rng.randint(1, 5), rng.choice([1, 8, 40])
-        prompts = [rng.randint(20, 40) for _ in range(n)]
-        comps = [rng.randint(1, 64) for _ in range(n)]
-        groups = [rng.randint(0, 2) for _ in range(n)]
-        order = sorted(range(n), key=lambda i: (prompts[i] + comps[i], i))
+        n, micro, overhead, prompts, comps, groups, order = _random_plan_case(rng, 5, [1, 8, 40], 64)
 
         def cost(plan):
             return sum(micro_batch_cost(c, prompts, comps, groups, share) + overhead for c in plan)
@@ -108,12 +114,8 @@ def test_micro_batches_sized_by_tokens(share):
 
     rng = random.Random(1)
     for _ in range(40):
-        n, micro, overhead = rng.randint(1, 9), rng.randint(1, 6), rng.choice([0, 8, 40])
-        prompts = [rng.randint(20, 40) for _ in range(n)]
-        comps = [rng.randint(1, 120) for _ in range(n)]
-        groups = [rng.randint(0, 2) for _ in range(n)]
+        n, micro, overhead, prompts, comps, groups, order = _random_plan_case(rng, 6, [0, 8, 40], 120)
         cap = rng.randint(40, 400)
-        order = sorted(range(n), key=lambda i: (prompts[i] + comps[i], i))
 
         def fits(chunk):
             return len(chunk) == 1 or micro_batch_cost(chunk, prompts, comps, groups, share) <= cap
