@@ -340,5 +340,8 @@ def test_the_process_placement_gives_the_inline_numbers(scorer, pair_scorer, mon
     with pytest.raises(RlvrError, match="positive_label 3 is not a label") as raised:
         rm.reward_model(PROMPTS, COMPLETIONS, model=scorer, positive_label=3, **options)
     assert "\n" not in str(raised.value)
-    slow = rm.reward_model(PROMPTS, COMPLETIONS, model=scorer, timeout=0.001, **options)
+    # One batch of 32 records of ~300 tokens: far more than a millisecond's work for any CPU
+    # (four short records took under one on an AMX Xeon, and the test failed).
+    n, long = 32, "rain and sun " * 100
+    slow = rm.reward_model(PROMPTS[:1] * n, [long] * n, model=scorer, batch_size=n, timeout=0.001, **options)
     assert all(s.value is None and "took over 0.001 s" in s.info["why"] for s in slow)
