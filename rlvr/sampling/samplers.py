@@ -65,8 +65,14 @@ class Sampler(Protocol):
         one of the ``stop`` strings (kept in it). ``progress``, if given, is called with the
         number of completions finished so far, as they finish."""
 
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Replace the sampler's weights with ``(Hugging Face name, tensor)`` pairs; drain them all."""
+    #: The dtype the sampler holds its weights in, for the trainer to send them in (halving a
+    #: float32 trainer's bytes for a bfloat16 sampler); None: it takes them in any.
+    weights_dtype: torch.dtype | None
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], complete: bool = True) -> None:
+        """Replace the sampler's weights with ``(Hugging Face name, tensor)`` pairs; drain them all.
+        ``complete`` False: they are only those that changed (a LoRA run's adapted modules), and
+        the sampler keeps the others."""
 
     def close(self) -> None:
         """Release the sampler (vLLM's engine); nothing collective may follow."""
@@ -232,6 +238,7 @@ class VLLMSampler:
             # on CPU the KV cache is RAM, zeroed at start: sized for the run (cpu_kv_cache_bytes)
             **({"kv_cache_memory_bytes": kv_cache_bytes} if kv_cache_bytes else {}),
         )
+        self.weights_dtype = self.llm.llm_engine.vllm_config.model_config.dtype
         self.sender = None
         if not in_process:
             from rlvr.sampling.transfer.sender import LLMClient, make_sender
@@ -260,13 +267,14 @@ class VLLMSampler:
         values = [step[t].logprob for step, t in zip(output.logprobs, ids)] if logprobs else None
         return Completion(output.text, ids, output.finish_reason == "length", values)
 
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], complete: bool = True) -> None:
         if self.sender is not None:  # the engine's own process: buckets through a transport
-            self.sender.send(weights)
+            self.sender.send(weights, complete)
         else:
-            from rlvr.sampling.transfer.receiver import repack_in_worker
+            from rlvr.sampling.transfer.receiver import repack_in_worker, unsent_kept
 
-            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
+            with unsent_kept(not complete):  # the engine runs in this process: its log's filters see it
+                self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(weights)})
             if self.on_cpu:
                 self.llm.collective_rpc(repack_in_worker)
         self.llm.reset_prefix_cache()
@@ -289,6 +297,7 @@ class HFSampler:
     def __init__(self, get_model: Callable[[], torch.nn.Module], tokenizer, *, synced: bool,
                  static_cache: bool = False):
         self.get_model, self.tokenizer, self.synced = get_model, tokenizer, synced
+        self.weights_dtype = None  # it drains what it is sent
         self.static_cache = static_cache and not synced
 
     @torch.no_grad()
@@ -347,7 +356,7 @@ class HFSampler:
             progress(len(new))
         return groups
 
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], complete: bool = True) -> None:
         for _ in weights:  # samples from the live model; still drain (ZeRO-3 gathers are collective)
             pass
 

@@ -255,6 +255,7 @@ class ServerSampler:
         self.http = {u: SamplerHTTP(u, secret, timeout_s) for u in self.urls}
         self.url = self.urls[rank % len(self.urls)]
         self.processes = list(processes)
+        self.weights_dtype = None  # a sampler's dtype is its own (``--dtype``): vLLM casts what it takes
         self.sender = None
         if rank == 0:
             workers = [int(self._get(u, "/get_world_size")["world_size"]) for u in self.urls]
@@ -323,7 +324,7 @@ class ServerSampler:
         values = [float(v) for v in choice["logprobs"]["token_logprobs"]] if logprobs else None
         return Completion(choice["text"], ids, choice["finish_reason"] == "length", values)
 
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]], complete: bool = True) -> None:
         if self.sender is None:
             for _ in weights:  # not the sender: only the trainer-side gathers (ZeRO-3) need this rank
                 pass
@@ -333,7 +334,7 @@ class ServerSampler:
             # the old weights computed (vLLM's weight-update routes keep it).
             on_each(self.urls, lambda u: self._post(u, "/pause", params={"mode": "wait", "clear_cache": "true"}))
             try:
-                self.sender.send(weights)
+                self.sender.send(weights, complete)
             except RlvrError:
                 raise
             except Exception as exc:  # noqa: BLE001 - a collective or a route that failed: name the sampler

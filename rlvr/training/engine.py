@@ -136,8 +136,10 @@ def _train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool, v
         # vLLM's shutdown may tear down the default process group: nothing collective after it
         closing.callback(sampler.close)
 
-        def sync() -> float:  # weights gathered (ZeRO-3) and broadcast sync_bucket_mb at a time
-            return sync_weights(backend.module, sampler, lora=lora, zero3=zero3, bucket_bytes=s.sync_bucket_mb << 20)
+        def sync(complete: bool = False) -> float:  # gathered (ZeRO-3) and sent sync_bucket_mb at a time
+            # The sampler started from model_path: it holds the frozen weights (complete: it may not)
+            return sync_weights(backend.module, sampler, lora=lora, zero3=zero3, bucket_bytes=s.sync_bucket_mb << 20,
+                                complete=complete)
 
         state, position = TrainState(), 0
         report = StepReport(recipe, world, rank, out, tokenizer, trackers)
@@ -147,7 +149,7 @@ def _train(recipe: Recipe, registry: Registry, output_dir: Path, resume: bool, v
             report.truncate_to(state.step)
             log.info(f"resumed at step {state.step}")
         if resume or (s.mode == "server" and s.server.urls):
-            sync()  # a running sampler named in urls may hold another run's weights: never trust it
+            sync(complete=True)  # a running sampler named in urls may hold another run's weights: never trust it
         stream = prompt_source(recipe, len(train_set.rows), rank, world, position, state.pool)  # data.pool or not
         is_mode, want_logprobs = _importance_sampling(recipe, policy)
         episodes = episode_runner(recipe, registry, tokenizer, model_path)

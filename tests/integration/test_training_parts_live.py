@@ -42,6 +42,80 @@ def test_lora_adapters_merged_for_sampling_give_the_same_samples_and_weights_com
     assert not any(getattr(m, "merged", False) for m in model.modules() if hasattr(m, "base_layer"))
 
 
+def _qv_gate_lora(dtype=None, **config):
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    cfg = Qwen2Config(vocab_size=64, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False)
+    model = get_peft_model(Qwen2ForCausalLM(cfg), LoraConfig(r=4, lora_alpha=8, task_type="CAUSAL_LM",
+                                                             target_modules=["q_proj", "v_proj", "gate_proj"], **config))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.3)
+    return model.to(dtype) if dtype else model
+
+
+def test_lora_weights_exported_merged_one_at_a_time_are_peft_s_merge():
+    """``exported_weights`` of a LoRA model: the merge peft makes, tensor by tensor, without
+    touching the model; in the sampler's dtype; changed only: every weight of the modules holding
+    adapters (k and o beside q and v, up and down beside gate: vLLM loads a packed layer whole), no
+    norm, embedding or head."""
+    import torch
+
+    from rlvr.training.policy import exported_weights
+
+    model = _qv_gate_lora()
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    got = dict(exported_weights(model, zero3=False))
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())  # untouched
+    model.merge_adapter()
+    expected = {n.removeprefix("base_model.model.").replace(".base_layer.", "."): p.detach().clone()
+                for n, p in model.named_parameters() if "lora_" not in n}
+    model.unmerge_adapter()
+    assert got.keys() == expected.keys()
+    for name, tensor in got.items():
+        assert torch.allclose(tensor, expected[name], atol=1e-6, rtol=0), name
+    assert not torch.equal(got["model.layers.0.self_attn.q_proj.weight"], before[
+        "base_model.model.model.layers.0.self_attn.q_proj.base_layer.weight"])  # the adapters are in it
+
+    half = dict(exported_weights(model, zero3=False, dtype=torch.bfloat16, changed_only=True))
+    assert {t.dtype for t in half.values()} == {torch.bfloat16}
+    assert sorted(half) == sorted(n for n in expected if ".self_attn." in n or ".mlp." in n)
+    assert "model.layers.1.self_attn.k_proj.bias" in half and "model.layers.1.mlp.down_proj.weight" in half
+    for name, tensor in half.items():
+        assert torch.equal(tensor, got[name].to(torch.bfloat16)), name
+
+
+def test_lora_sync_sends_changed_weights_only_where_it_merges_them_itself():
+    """``sync_weights``: changed only when asked (``complete=False``) and LoRA is merged as the
+    weights go; whole, through peft's merge, for adapters it does not merge itself (DoRA here);
+    in the sampler's dtype."""
+    import torch
+
+    from rlvr.training.policy import sync_weights
+
+    class Taking:
+        weights_dtype = torch.bfloat16
+
+        def load_weights(self, weights, complete=True):
+            self.names, self.complete = [n for n, t in weights if t.dtype == torch.bfloat16], complete
+
+    sampler = Taking()
+    model = _qv_gate_lora()
+    sync_weights(model, sampler, lora=True, zero3=False)
+    assert sampler.complete and "lm_head.weight" in sampler.names and len(sampler.names) == 2 * 12 + 3
+    sync_weights(model, sampler, lora=True, zero3=False, complete=False)
+    assert not sampler.complete and len(sampler.names) == 2 * 10
+    dora = _qv_gate_lora(use_dora=True)
+    sync_weights(dora, sampler, lora=True, zero3=False, complete=False)
+    assert sampler.complete and len(sampler.names) == 2 * 12 + 3
+    assert not any(getattr(m, "merged", False) for m in dora.modules())
+
+
 def test_merged_adapters_restore_bfloat16_weights_exactly():
     import torch
     from peft import LoraConfig, get_peft_model

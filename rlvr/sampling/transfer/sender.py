@@ -35,6 +35,16 @@ class LLMClient:
         self.llm.finish_weight_update(weight_version)
 
 
+class _Partial:
+    """A client whose every bucket says its sync sends only the weights that changed."""
+
+    def __init__(self, client: SyncClient):
+        self.client = client
+
+    def update_weights(self, update_info):
+        self.client.update_weights({**update_info, "complete": False})
+
+
 class WeightSender:
     """The trainer's sender to every worker of every sampler in ``clients``.
 
@@ -62,12 +72,15 @@ class WeightSender:
         self.end.connect(self.clients, self.workers, self.init_info)
         self.connected = True
 
-    def send(self, weights: Iterable[tuple[str, torch.Tensor]]) -> dict[str, float]:
-        """Push every tensor; returns bytes and bucket counts for the step's metrics."""
+    def send(self, weights: Iterable[tuple[str, torch.Tensor]], complete: bool = True) -> dict[str, float]:
+        """Push every tensor; returns bytes and bucket counts for the step's metrics. ``complete``
+        False: ``weights`` are only those that changed, and the samplers keep the others
+        (``rlvr.sampling.transfer.receiver.unsent_kept``)."""
         if not self.connected:
             self.connect()
         on_each(self.clients, lambda c: c.start_weight_update())
-        sent, count = self.end.send(self.clients, buckets(weights, self.bucket_bytes))
+        clients = self.clients if complete else [_Partial(c) for c in self.clients]
+        sent, count = self.end.send(clients, buckets(weights, self.bucket_bytes))
         self.version += 1
         on_each(self.clients, lambda c: c.finish_weight_update(str(self.version)))
         return {"sync_bytes": float(sent), "sync_buckets": float(count)}
