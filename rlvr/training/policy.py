@@ -163,6 +163,7 @@ def build_policy(recipe, model_path: str, *, world: int, device, policy):
     from transformers import AutoModelForCausalLM
 
     from rlvr.models.lora import fuse_lora_adds, hold_frozen_linears
+    from rlvr.models.memory import own_mapped_tensors
 
     t, kl = recipe.trainer, recipe.algorithm.kl
     bf16, fp16 = policy.deepspeed_precision(recipe.model.dtype)
@@ -201,6 +202,10 @@ def build_policy(recipe, model_path: str, *, world: int, device, policy):
         else:
             ref_model = ref_model.to(device=device, dtype=ref_dtype)
         ref_model.eval()
+    # the policy's weights that still view the mapped safetensors file (all of them in float32, the
+    # embeddings and norms beside a base held in bfloat16) copied, so that the file's pages go
+    # (rlvr.models.memory); a reference keeps its views: every page of its file is in use
+    own_mapped_tensors(engine.module)
     backend = DeepSpeedBackend(engine, world=world, own_grad_norm=zero_stage == 0 and not (bf16 or fp16))
     return backend, ref_model, zero_stage
 
