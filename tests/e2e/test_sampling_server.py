@@ -173,7 +173,6 @@ def hand_started(tmp_path_factory, tiny_model, test_plugin):
                     break
             except requests.RequestException:
                 time.sleep(1)
-        sampler.log_path = log
         yield sampler, f"sampling.server.urls=[http://127.0.0.1:{port}]"
     finally:
         os.killpg(sampler.pid, signal.SIGTERM)
@@ -198,19 +197,16 @@ def test_a_lora_run_syncs_the_adapted_modules_into_a_sampler_it_did_not_start(tm
     """LoRA in server mode: the first sync is whole (the sampler named in urls may hold another
     run's weights: the tests before this one leave theirs), the later ones only the modules that
     hold adapters, merged as they go, in buckets that say so. After each the sampler holds the
-    trainer's weights (importance weights 1, mismatch ~0), and its log says nothing of the
-    layers not sent."""
-    sampler, urls = hand_started
+    trainer's weights: importance weights 1, mismatch ~0 (a sync that left out the attention
+    modules measured 0.045). That vLLM says nothing of the layers not sent: the child engines of
+    tests/e2e/test_training_engine.py's sync check, whose log is read whole."""
+    _, urls = hand_started
     recipe, env = make_run(tmp_path, tiny_model, test_plugin, backend="vllm")
     env[SECRET_ENV] = HAND_SECRET
-    seen = sampler.log_path.read_text()
     metrics = train_two_steps(recipe, tmp_path / "run", env, "sampling.mode=server", urls,
                               "model.lora={r: 8, alpha: 16, target_modules: [q_proj, v_proj]}", "trainer.lr=0.05")
     assert_sampler_holds_trainer_weights(metrics)
     assert metrics[0]["grad_norm"] > 0 and metrics[1]["time_sync"] > 0
-    new = sampler.log_path.read_text()[len(seen):]
-    assert new.count("setting pause state to UNPAUSED") >= 2  # its log covers the run's syncs (each one paused it)
-    assert "Failed to load weights" not in new and "Failed to load weights" not in (tmp_path / "run" / "train.log").read_text()
 
 
 def test_server_mode_matches_colocated_when_synchronous(tmp_path, tiny_model, test_plugin, hand_started):
