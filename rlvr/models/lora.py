@@ -1,6 +1,7 @@
-"""LoRA adapters merged into their base weights for a while, for sampling at the base model's speed,
-or one merged weight at a time as a sampler takes them (``merged_weight``); the adapters' product added to the base layer's output inside one matmul, and the frozen base
-held in bfloat16 under autocast, for training."""
+"""LoRA adapters merged into their base weights for a while, for sampling at the base model's
+speed, or one merged weight at a time as a sampler takes them (``merged_weight``), the modules
+that hold them named (``adapted_parameters``); for training, the adapters' product added to the
+base layer's output inside one matmul, and the frozen base held in bfloat16 under autocast."""
 
 from __future__ import annotations
 
