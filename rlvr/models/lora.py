@@ -103,9 +103,13 @@ def _plain(layer) -> bool:
             and not layer.lora_variant and layer.lora_B[_adapter(layer)].bias is None)
 
 
+def _is_lora(module) -> bool:
+    return hasattr(module, "base_layer") and hasattr(module, "lora_A")
+
+
 def lora_layers(model) -> list:
     """The peft LoRA layers of ``model`` (none for a model without adapters)."""
-    return [m for m in model.modules() if hasattr(m, "base_layer") and hasattr(m, "lora_A")]
+    return [m for m in model.modules() if _is_lora(m)]
 
 
 def merges_apart(model) -> dict[int, object]:
@@ -125,7 +129,7 @@ def adapted_parameters(model) -> set[int]:
     such a layer only whole), and any trained parameter."""
     modules = dict(model.named_modules())
     ids = {id(p) for p in model.parameters() if p.requires_grad}
-    for name in [n for n, m in modules.items() if hasattr(m, "base_layer") and hasattr(m, "lora_A")]:
+    for name in [n for n, m in modules.items() if _is_lora(m)]:
         ids.update(id(p) for p in modules[name.rpartition(".")[0]].parameters())
     return ids
 

@@ -31,9 +31,9 @@ def mapped_file_ranges(suffix: str = ".safetensors") -> list[tuple[int, int]]:
     return ranges
 
 
-def own_mapped_tensors(*modules, suffix: str = ".safetensors") -> int:
-    """Replace every parameter and buffer of ``modules`` (None skipped) that views a mapped
-    weights file with a copy of its own; returns the bytes copied. The values are the same: a
+def own_mapped_tensors(module, suffix: str = ".safetensors") -> int:
+    """Replace every parameter and buffer of ``module`` that views a mapped weights file with a
+    copy of its own; returns the bytes copied. The values are the same: a
     model's results do not change, its file's pages are released once no view is left."""
     import torch
 
@@ -49,9 +49,8 @@ def own_mapped_tensors(*modules, suffix: str = ".safetensors") -> int:
 
     copied = 0
     with torch.no_grad():
-        for module in (m for m in modules if m is not None):
-            for tensor in [*module.parameters(), *module.buffers()]:
-                if mapped(tensor):
-                    tensor.data = tensor.data.clone()
-                    copied += tensor.numel() * tensor.element_size()
+        for tensor in [*module.parameters(), *module.buffers()]:
+            if mapped(tensor):
+                tensor.data = tensor.data.clone()
+                copied += tensor.numel() * tensor.element_size()
     return copied
