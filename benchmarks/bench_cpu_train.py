@@ -11,7 +11,9 @@ Three tables, each figure measured here (nothing is taken from elsewhere):
    shaped like GSM8K's at ``--profile cpu-0.5b`` (``--groups`` prompts of ~110 tokens x 8
    completions of 150-350 tokens, 40% rewarded), in the dtype ``model.dtype: auto`` picks here,
    for LoRA (r 16 on every projection) and full fine-tuning, with fused AdamW as
-   ``rlvr.training.policy.build_policy`` hands DeepSpeed. Per phase: the update's forward
+   ``rlvr.training.policy.build_policy`` hands DeepSpeed (``--modes full-8bit``: full
+   fine-tuning with ``trainer.optimizer: adamw_8bit``; the optimizer's state is measured in
+   bytes, beside the process's peak RSS). Per phase: the update's forward
    (model, log-probs and loss), backward, optimizer step, and what one pass without gradient
    would add (the old log-probs of ``ppo_epochs`` > 1, or a reference pass at beta > 0: rlvr
    skips both at ``ppo_epochs: 1`` and beta 0, as the recipe runs). Trained tokens/s, the
@@ -113,16 +115,27 @@ def rollout_like_gsm8k(groups: int, vocab: int, seed: int = 0, lengths=(150, 350
 
 
 class TimedBackend:
-    """rlvr's learner backend as build_policy's optimizer makes it at ZeRO stage 0 (fused AdamW over
-    the trained parameters), timing its backward and optimizer step."""
+    """rlvr's learner backend as build_policy's optimizer makes it at ZeRO stage 0 (``optimizer``
+    as ``trainer.optimizer`` names it, over the trained parameters), timing its backward and
+    optimizer step."""
 
-    def __init__(self, model):
-        import torch
+    def __init__(self, model, optimizer: str = "adamw"):
+        from types import SimpleNamespace
+
+        from rlvr.training.policy import build_optimizer
 
         self.policy = self.module = model
         params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=1e-6, fused=True)
+        trainer = SimpleNamespace(optimizer=optimizer, lr=1e-6, weight_decay=0.0, seed=0)
+        self.optimizer = build_optimizer(trainer, params)
         self.times = {"backward": 0.0, "optimizer": 0.0}
+
+    def state_gib(self) -> float:
+        """What the optimizer holds (its moments), in GiB."""
+        import torch
+
+        return sum(t.numel() * t.element_size() for state in self.optimizer.state.values()
+                   for t in state.values() if torch.is_tensor(t)) / 2**30
 
     def backward(self, loss, *, last):
         start = time.perf_counter()
@@ -155,7 +168,8 @@ def linear_macs(model) -> tuple[int, int]:
 
 def trainer(path: str, mode: str, groups: int, micro: int, dtype, mlp_rate: float, autocast: bool,
             rounds: int) -> None:
-    """Section 2, one row pair: ``mode`` lora or full."""
+    """Section 2, one row pair: ``mode`` lora, full (fused AdamW) or full-8bit (``trainer.optimizer:
+    adamw_8bit``)."""
     import torch
     from transformers import AutoModelForCausalLM
 
@@ -182,7 +196,8 @@ def trainer(path: str, mode: str, groups: int, micro: int, dtype, mlp_rate: floa
     held = mode == "lora" and autocast  # build_policy's frozen_base_bf16: the frozen base in bfloat16
     if held:
         hold_frozen_linears(model, torch.bfloat16)
-    warm = Learner(TimedBackend(model), AlgorithmConfig(kl={"beta": 0.0}), micro_batch_size=micro, temperature=0.7,
+    optimizer = "adamw_8bit" if mode == "full-8bit" else "adamw"
+    warm = Learner(TimedBackend(model, optimizer), AlgorithmConfig(kl={"beta": 0.0}), micro_batch_size=micro, temperature=0.7,
                    pad_id=0, device="cpu", share_prompts=True, cpu_autocast=autocast, micro_batch_overhead=overhead)
     warm.update(rollout_like_gsm8k(1, model.config.vocab_size, seed=1, lengths=(20, 40)), lr=0.0)  # first-call costs
     # rlvr as it trains, then each change undone alone: the anchors the ratios compare with
@@ -191,6 +206,7 @@ def trainer(path: str, mode: str, groups: int, micro: int, dtype, mlp_rate: floa
         sides["peft's adds"] = (frozen, False, held)
     if held:  # the base in float32 under autocast, the frozen head computing in float32
         sides["float32 base"] = (frozen, True, False)
+    del warm  # and its optimizer's state
     rows = {}
     for side, (head_rule, fused, bf16_base) in [item for _ in range(rounds) for item in sides.items()]:  # alternating
         losses.frozen_head = head_rule
@@ -198,7 +214,7 @@ def trainer(path: str, mode: str, groups: int, micro: int, dtype, mlp_rate: floa
         if held:
             # float32 as loaded (the values rounded once; the timing is what this is for)
             hold_frozen_linears(model, torch.bfloat16 if bf16_base else torch.float32)
-        backend = TimedBackend(model)
+        backend = TimedBackend(model, optimizer)
         learner = Learner(backend, AlgorithmConfig(kl={"beta": 0.0}), micro_batch_size=micro, temperature=0.7,
                           pad_id=0, device="cpu", share_prompts=True, cpu_autocast=autocast,
                           micro_batch_overhead=overhead)
@@ -217,22 +233,23 @@ def trainer(path: str, mode: str, groups: int, micro: int, dtype, mlp_rate: floa
                                      [rollout.completions[i].token_ids for i in idx])
             no_grad = time.perf_counter() - start
         if side not in rows or total < rows[side][2]:  # the best of the rounds
-            rows[side] = (update.sums, backend.times, total, no_grad or rows.get(side, (0, 0, 0, 0))[3])
+            rows[side] = (update.sums, backend.times, total, no_grad or rows.get(side, (0, 0, 0, 0))[3],
+                          backend.state_gib())
     losses.frozen_head = frozen
     _set_fused(model, True)
     if held:
         hold_frozen_linears(model, torch.bfloat16)
-    sums, times, total, no_grad = rows["rlvr"]
+    sums, times, total, no_grad, state_gib = rows["rlvr"]
     trained, through = sums["tokens"], sums["forward_tokens"]
-    passes = 3 if mode == "full" else 2  # forward, backward to activations, (weights' gradients)
-    head_passes = 3 if mode == "full" or not frozen(_head(model)) else 2
+    passes = 2 if mode == "lora" else 3  # forward, backward to activations, (weights' gradients)
+    head_passes = 3 if mode != "lora" or not frozen(_head(model)) else 2
     flops = 2 * (passes * body * through + head_passes * head * trained)
     forward = total - times["backward"] - times["optimizer"]
     ratios = " | ".join(f"{rows[k][2] / total:.2f}x" if k in rows else "-"
                         for k in ("head recomputed", "peft's adds", "float32 base"))
     print(f"| {mode} | {trained:.0f} ({through:.0f}) | {total:.1f} | {forward:.1f} | {times['backward']:.1f} | "
           f"{times['optimizer']:.2f} | {no_grad:.1f} | **{trained / total:.1f}** | {flops / trained / 1e9:.2f} | "
-          f"{flops / total / 1e9:.0f} ({flops / total / 1e9 / mlp_rate:.0%}) | {ratios} | "
+          f"{flops / total / 1e9:.0f} ({flops / total / 1e9 / mlp_rate:.0%}) | {ratios} | {state_gib:.2f} | "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.1f} |", flush=True)
     del model
 
@@ -301,7 +318,8 @@ def main() -> None:
     p.add_argument("--model", default="qwen2.5-coder-0.5b-instruct")
     p.add_argument("--groups", type=int, default=1, help="prompts of 8 completions in the trainer's rollout")
     p.add_argument("--micro", type=int, default=8, help="the recipe's trainer.micro_batch_size")
-    p.add_argument("--modes", default="lora,full")
+    p.add_argument("--modes", default="lora,full", help="lora, full (fused AdamW), full-8bit (trainer.optimizer: "
+                   "adamw_8bit); peak RSS is the process's: run full and full-8bit apart to compare it")
     p.add_argument("--rounds", type=int, default=2, help="updates of each side, alternating; the best counts")
     p.add_argument("--generation", action="store_true", help="also section 3, the sampler")
     p.add_argument("--no-machine", dest="machine", action="store_false", help="skip section 1")
@@ -319,8 +337,9 @@ def main() -> None:
         print(f"\n## 2. The trainer: {a.model}, {'bfloat16 autocast' if autocast else 'float32'}, one update of "
               f"{a.groups} x 8 sequences, micro-batches of {a.micro}, ppo_epochs 1, beta 0")
         print("| mode | trained (through) tokens | update s | forward s | backward s | optimizer s | a no-grad pass s "
-              "| tokens/s | GFLOP a token | GFLOP/s (of matmul rate) | head recomputed | peft's adds | float32 base | peak RSS GiB |")
-        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+              "| tokens/s | GFLOP a token | GFLOP/s (of matmul rate) | head recomputed | peft's adds | float32 base "
+              "| optimizer state GiB | peak RSS GiB |")
+        print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     torch.manual_seed(0)
     for mode in filter(None, a.modes.split(",")):
         trainer(path, mode, a.groups, a.micro, dtype, mlp_rate, autocast, a.rounds)

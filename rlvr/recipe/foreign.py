@@ -55,6 +55,8 @@ TRL: dict[str, Foreign] = {
     "warmup_ratio": _f("trainer.warmup_steps", note="in steps: the ratio x trainer.steps"),
     "lr_scheduler_type": _f("trainer.schedule", note="constant, linear or cosine"),
     "weight_decay": _f("trainer.weight_decay"),
+    "optim": _f("trainer.optimizer", note="adamw (torch's fused AdamW) or adamw_8bit (8-bit moments, "
+                                          "for TRL's adamw_8bit, adamw_bnb_8bit, adamw_torch_8bit)"),
     "max_grad_norm": _f("trainer.max_grad_norm"),
     "seed": _f("trainer.seed", "data.seed"),
     "temperature": _f("sampling.temperature"),

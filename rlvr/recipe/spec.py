@@ -348,6 +348,11 @@ class TrainerConfig(Strict):
     schedule: Literal["constant", "linear", "cosine"] = "constant"
     max_grad_norm: float = Field(default=1.0, gt=0)
     zero_stage: Literal[0, 1, 2, 3] = 2
+    # adamw: torch's AdamW, float32 moments (8 bytes a parameter). adamw_8bit: the same update
+    # with both moments held in 8 bits and rounded stochastically (about 2 bytes a parameter:
+    # rlvr.training.optim), for full fine-tuning where memory is short; not with offload_optimizer,
+    # which runs DeepSpeed's CPU Adam.
+    optimizer: Literal["adamw", "adamw_8bit"] = "adamw"
     offload_optimizer: bool = False
     offload_params: bool = False
     seed: int = 0
@@ -502,6 +507,9 @@ class Recipe(Strict):
             )
         if self.model.lora and t.zero_stage == 3:
             raise ValueError("model.lora with trainer.zero_stage 3 is not supported: use stage 0-2 for LoRA")
+        if t.optimizer != "adamw" and t.offload_optimizer:
+            raise ValueError(f"trainer.optimizer {t.optimizer} with trainer.offload_optimizer: offloading runs "
+                             "DeepSpeed's own CPU Adam; drop one of the two")
         if t.save_merged and not self.model.lora:
             raise ValueError("trainer.save_merged is for model.lora runs (a full run's final/ is the whole model)")
         srv = self.sampling.server

@@ -142,6 +142,20 @@ class DeepSpeedBackend:
         return self.engine.optimizer.param_groups[0]["lr"]
 
 
+def build_optimizer(trainer, params):
+    """The optimizer ``trainer.optimizer`` names over ``params`` (DeepSpeed's CPU Adam stands in
+    for it under ``trainer.offload_optimizer``)."""
+    import torch
+
+    if trainer.optimizer == "adamw_8bit":
+        from rlvr.training.optim import AdamW8bit
+
+        return AdamW8bit(params, lr=trainer.lr, weight_decay=trainer.weight_decay, seed=trainer.seed)
+    # fused: one kernel over all tensors (CPU and GPU); 0.11-0.15 s vs 0.65 s a step for
+    # SmolLM2's 135M parameters on our CPU. TRL's default optimizer is the fused one too.
+    return torch.optim.AdamW(params, lr=trainer.lr, weight_decay=trainer.weight_decay, fused=True)
+
+
 def frozen_base_bf16(recipe, policy, zero_stage: int) -> bool:
     """Whether a LoRA trainer holds its frozen base in bfloat16 (``rlvr.models.lora.hold_frozen_linears``):
     where it computes under bfloat16 autocast on a CPU (``DevicePolicy.autocast``), its weights
@@ -187,9 +201,7 @@ def build_policy(recipe, model_path: str, *, world: int, device, policy):
                  t.zero_stage)
     config = deepspeed_config(t, world=world, zero_stage=zero_stage, bf16=bf16, fp16=fp16)
     params = [p for p in model.parameters() if p.requires_grad]
-    # fused: one kernel over all tensors (CPU and GPU); 0.11-0.15 s vs 0.65 s a step for
-    # SmolLM2's 135M parameters on our CPU. TRL's default optimizer is the fused one too.
-    optimizer = None if t.offload_optimizer else torch.optim.AdamW(params, lr=t.lr, weight_decay=t.weight_decay, fused=True)
+    optimizer = None if t.offload_optimizer else build_optimizer(t, params)
     if t.offload_optimizer:  # only rank 0's log reaches the terminal
         say_first_build("cpu_adam", "its CPU Adam for trainer.offload_optimizer")
     engine, *_ = deepspeed.initialize(model=model, model_parameters=params, optimizer=optimizer, config=config)

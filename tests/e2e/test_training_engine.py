@@ -278,7 +278,9 @@ def test_two_ranks_zero_gloo(tmp_path, tiny_model, test_plugin, zero):
     out = tmp_path / "run"
     # ZeRO-2 also evaluates before and after: 5 problems, 3 on rank 0 and 2 on rank 1, paired over both
     evals = ("trainer.eval_at_start=true", "trainer.eval_at_end=true", "eval.limit=5") if zero == 2 else ()
-    metrics = train_two_ranks(recipe, out, env, 29500 + zero, *evals)
+    # ZeRO-3 steps the 8-bit AdamW on each rank's partition of the flattened weights
+    optimizer = ("trainer.optimizer=adamw_8bit",) if zero == 3 else ()
+    metrics = train_two_ranks(recipe, out, env, 29500 + zero, *evals, *optimizer)
     assert metrics[0]["grad_norm"] > 0
     if evals:
         records = [json.loads(line) for line in (out / "eval.jsonl").read_text().splitlines()]
@@ -341,10 +343,11 @@ POOLED = ["data.pool.enabled=true", "data.pool.retire_after=1", "data.pool.revis
           "rewards.even_tokens=0", "rewards.math=1.0"]
 
 
-@pytest.mark.parametrize("sets", [[], POOLED], ids=["plain", "pool"])
+@pytest.mark.parametrize("sets", [[], POOLED, ["trainer.optimizer=adamw_8bit"]], ids=["plain", "pool", "adamw_8bit"])
 def test_resume_repeats_the_uninterrupted_run(tmp_path, tiny_model, test_plugin, sets):
     """Resuming from step 2's checkpoint redoes steps 2 and 3 exactly as the run that never
-    stopped did them: weights, optimizer, RNG and prompt positions (and the prompt pool) all come back.
+    stopped did them: weights, optimizer (the 8-bit one's codes and rounding generator too), RNG
+    and prompt positions (and the prompt pool) all come back.
     Its evaluation after the last step is paired with the one before training, which it did not run."""
     recipe, env = make_run(tmp_path, tiny_model, test_plugin, steps=4)
     env["RLVR_LOAD_PLUGINS"] += ",math"

@@ -20,7 +20,7 @@ from rlvr.runs.metrics import StuckReward, step_line, step_row
 from rlvr.sampling.prompts import Prompt, fit_prompts
 from rlvr.sampling.samplers import (Completion, context_length, cpu_kv_cache_bytes, kv_cache_bytes,
                                     sampler_sequences)
-from rlvr.training.policy import deepspeed_config, effective_zero_stage, lr_multiplier
+from rlvr.training.policy import build_optimizer, deepspeed_config, effective_zero_stage, lr_multiplier
 from rlvr.training.report import rollout_sums
 from rlvr.training.rollout import PromptStream, Rollout, RolloutProducer, zero_variance
 
@@ -292,6 +292,23 @@ def test_deepspeed_config_and_stage():
     config = deepspeed_config(offload, world=1, zero_stage=3, bf16=False, fp16=False)
     assert config["zero_optimization"]["offload_optimizer"] == {"device": "cpu"} and config["optimizer"]["type"] == "AdamW"
     assert effective_zero_stage(t, 1) == 0 and effective_zero_stage(t, 2) == 2 and effective_zero_stage(offload, 1) == 3
+
+
+def test_trainer_optimizer_is_built_from_the_recipe():
+    import torch
+
+    from rlvr.training.optim import AdamW8bit
+
+    base = {"name": "t", "task": "arithmetic", "prompt": {"template": "{{question}}"}, "rewards": {"exact": 1.0},
+            "model": {"name": "m"}}
+    params = [torch.nn.Parameter(torch.zeros(4))]
+    plain = Recipe.model_validate(base).trainer
+    assert plain.optimizer == "adamw" and type(build_optimizer(plain, params)) is torch.optim.AdamW
+    small = Recipe.model_validate({**base, "trainer": {"optimizer": "adamw_8bit", "lr": 3e-6, "seed": 5}}).trainer
+    opt = build_optimizer(small, params)
+    assert isinstance(opt, AdamW8bit) and opt.param_groups[0]["lr"] == 3e-6 and opt.state_dict()["rounding_seed"] == 5
+    with pytest.raises(ValueError, match="offload_optimizer"):
+        Recipe.model_validate({**base, "trainer": {"optimizer": "adamw_8bit", "offload_optimizer": True}})
 
 
 # ---------------------------------------------------------------------------- prompts and context
