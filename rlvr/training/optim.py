@@ -4,18 +4,17 @@ torch's AdamW holds two float32 moments a parameter: 8 bytes, twice the float32 
 themselves. Here each moment is held as float8 (e4m3: a sign, 4 exponent bits, 3 mantissa
 bits) with one float32 scale for each block of ``BLOCK`` values, which maps the block's largest
 magnitude to e4m3's largest (448): 1.02 bytes a value, 2.03 bytes a parameter for both moments.
-The second moment is held as its square root, so that the 9 binades e4m3 spans (2^-9 to 448)
-cover 18 of ``v``'s.
+The second moment is held as its square root, so that the 18 binades e4m3 spans below a block's
+largest value (2^-9 to 448) cover 36 of ``v``'s.
 
 The update itself is AdamW's, in float32: a chunk of the moments is decoded, updated with the
 gradient, used for the step, and encoded again. Encoding rounds **stochastically**: each value
-goes to one of its two neighbours on the e4m3 grid with probabilities that make the expected
-code the value itself. Rounding to nearest would lose every change smaller than half a step of
-the grid (6-12% of the value): ``v``'s change each step is ``1 - beta2`` (0.1%) of it, so ``v``
-would stop where it stood after a few dozen steps while the bias correction kept dividing it by
-a smaller number, and the steps would grow. Stochastic rounding keeps every change in
-expectation (``tests/unit/test_training_optim.py`` holds ``v`` under a constant gradient for
-2,000 steps).
+goes to one of its two neighbours on the e4m3 grid with the probabilities that make its
+expected value exact. Rounding to nearest would lose every change smaller than half a step of
+the grid (a step is 6-12% of the value). ``v`` decays by ``1 - beta2`` (0.1%) of itself a step:
+where its block's scale does not carry that (a value that should decay while its block's
+largest holds), ``v`` would stay where it stood. Stochastic rounding keeps every change in
+expectation (``tests/unit/test_training_optim.py`` follows such values for 1,000 steps).
 
 Parameters under ``min_8bit_numel`` values (norms, biases) keep float32 moments and take
 exactly torch's AdamW step. The rounding draws from the optimizer's own generator (seeded, and
