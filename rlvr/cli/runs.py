@@ -114,10 +114,13 @@ def eval_cmd(recipe, model, split, limit, ks, output_dir, verbose, overrides, pr
               help="Model to measure (hub id, alias, model folder, or a LoRA run's final/ adapter).")
 @click.option("--k", type=Int(min=2), default=None, help="Samples per prompt (default: sampling.num_generations).")
 @click.option("--limit", type=Int(min=1), default=None, help="The first N train prompts (default: data.train_limit).")
+@click.option("--extend", is_flag=True, help="Keep the prompts --output already lists (measured with the same "
+              "task, split and --k) and measure only the others of the first --limit: a pool grows without "
+              "measuring a prompt twice.")
 @click.option("--verbose", is_flag=True, help="Also show vLLM's and other libraries' output (always in the log "
               "beside the pool file, OUTPUT.log).")
 @recipe_options
-def pool(recipe, output_path, model, k, limit, verbose, overrides, profile):
+def pool(recipe, output_path, model, k, limit, extend, verbose, overrides, profile):
     """Measure each train prompt's pass rate over K samples drawn as training draws them, for data.pool_file."""
     from rlvr.runs.outputs import check_folder_target
 
@@ -133,8 +136,9 @@ def pool(recipe, output_path, model, k, limit, verbose, overrides, profile):
     from rlvr.runs.logs import RunOutput
 
     with RunOutput(output_path.parent, rank=0, verbose=verbose, total_steps=0, name=output_path.name, announce=False):
-        n = build_pool(rec, registry, output_path, k=k, limit=limit)
-    click.echo(f"{n['prompts']} prompts x {n['samples_per_prompt']} samples: {n['learnable']} learnable, "
+        n = build_pool(rec, registry, output_path, k=k, limit=limit, extend=extend)
+    how = f" ({n['measured_now']} measured now, {n['kept']} kept)" if extend else ""
+    click.echo(f"{n['prompts']} prompts x {n['samples_per_prompt']} samples{how}: {n['learnable']} learnable, "
                f"{n['always_passed']} always passed, {n['never_passed']} never passed -> {output_path}")
 
 

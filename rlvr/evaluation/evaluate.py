@@ -11,7 +11,7 @@ import logging
 import math
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from rlvr import RlvrError
 from rlvr.evaluation.compare import counted, percent
@@ -150,9 +150,11 @@ def breakdown(rows: list[dict], per_prompt: list[dict], key: str) -> dict[str, d
     return {g: {"n": len(v), "pass@1": sum(v) / len(v)} for g, v in sorted(groups.items())}
 
 
-def _load_and_evaluate(recipe: Recipe, registry: Registry, keep_samples: bool,
-                       label: str) -> tuple[dict, list[dict], PromptSet]:
-    """Load the model into a sampler of its own and evaluate the recipe's eval split with it."""
+def _load_and_evaluate(recipe: Recipe, registry: Registry, keep_samples: bool, label: str,
+                       select: Callable[[PromptSet], PromptSet] | None = None) -> tuple[dict | None, list[dict], PromptSet]:
+    """Load the model into a sampler of its own and evaluate the recipe's eval split with it
+    (``select``: the part of it to evaluate; when that is empty, no model loads and the summary
+    is None)."""
     from rlvr.kit.device import device_policy
     from rlvr.models.hub import load_tokenizer, local_folder, resolve_model
     from rlvr.models.tokens import untrained_tokens_note
@@ -166,6 +168,10 @@ def _load_and_evaluate(recipe: Recipe, registry: Registry, keep_samples: bool,
         log.warning(note)
     tokenizer = load_tokenizer(model_path, recipe.model.name)
     eval_set = load_prompt_set(recipe, registry, tokenizer, split="eval")
+    if select is not None:
+        eval_set = select(eval_set)
+        if not eval_set.rows:
+            return None, [], eval_set
     model = None
     if SAMPLER_BACKENDS[recipe.sampling.backend].live:  # it samples from a model object: this one
         from transformers import AutoModelForCausalLM
@@ -217,27 +223,71 @@ def pool_recipe(recipe: Recipe, k: int | None = None, limit: int | None = None) 
 
 
 def build_pool(recipe: Recipe, registry: Registry, output: Path, k: int | None = None,
-               limit: int | None = None) -> dict[str, Any]:
+               limit: int | None = None, extend: bool = False) -> dict[str, Any]:
     """``rlvr pool``: each train prompt's pass rate over ``k`` samples, written to ``output`` as a
-    pool file (``rlvr.recipe.pool_file``) for ``data.pool_file``; returns a summary."""
+    pool file (``rlvr.recipe.pool_file``) for ``data.pool_file``; returns a summary. With
+    ``extend`` the prompts ``output`` already lists are kept, not measured again, and the file is
+    rewritten with them and the new ones in the split's order."""
     from rlvr.recipe.pool_file import pool_record
     from rlvr.runs.outputs import open_output
 
     measured = pool_recipe(recipe, k, limit)
-    result, per_prompt, prompts = _load_and_evaluate(measured, registry, keep_samples=False, label="pool")
-    task, split = recipe.task.name, recipe.data.train_split
-    records = [pool_record(task, split, prompts.position(p["index"]), prompts.rows[p["index"]], p["passed"])
-               for p in per_prompt]
-    with open_output(output) as f:
-        f.writelines(json.dumps(r, default=str) + "\n" for r in records)
+    task, split, n = recipe.task.name, recipe.data.train_split, measured.eval.k[0]
+    kept = _pool_to_extend(output, task, split, n) if extend else []
+    select = _unmeasured(kept) if kept else None
+    result, per_prompt, prompts = _load_and_evaluate(measured, registry, keep_samples=False, label="pool",
+                                                     select=select)
+    new = [pool_record(task, split, prompts.position(p["index"]), prompts.rows[p["index"]], p["passed"])
+           for p in per_prompt]
+    records = sorted(kept + new, key=lambda r: r["index"])
+    if new:
+        with open_output(output) as f:
+            f.writelines(json.dumps(r, default=str) + "\n" for r in records)
     rates = [r["pass_rate"] for r in records]
-    summary = {"prompts": len(records), "samples_per_prompt": result["samples_per_prompt"],
-               "temperature": result["temperature"], "never_passed": sum(r == 0 for r in rates),
+    summary = {"prompts": len(records), "samples_per_prompt": n,
+               "temperature": result["temperature"] if result else measured.eval.temperature or 1.0,
+               "never_passed": sum(r == 0 for r in rates),
                "always_passed": sum(r == 1 for r in rates), "learnable": sum(0 < r < 1 for r in rates),
                "mean_pass_rate": sum(rates) / len(rates) if rates else 0.0}
+    if extend:
+        summary.update(measured_now=len(new), kept=len(kept))
     if prompts.dropped:
         summary["dropped_overlong_prompts"] = prompts.dropped
     return summary
+
+
+def _pool_to_extend(output: Path, task: str, split: str, n: int) -> list[dict]:
+    """The records of the pool file ``--extend`` adds to (none when it does not exist yet), held
+    against what this measures: the same task, split and samples a prompt."""
+    from rlvr.recipe.pool_file import read_pool_file
+
+    if str(output) == "-" or (output.exists() and not output.is_file()):
+        raise RlvrError(f"--extend: --output {output} must be a pool file (or a new name), not a stream")
+    if not output.exists():
+        return []
+    records = read_pool_file(output, label="--extend")
+    for record in records:
+        if (record["task"], record["split"], record.get("n")) != (task, split, n):
+            raise RlvrError(f"--extend: {output} measured task {record['task']!r} split {record['split']!r} with "
+                            f"{record.get('n')} samples a prompt, but this measures task {task!r} split {split!r} "
+                            f"with {n}: give the same recipe and --k, or another --output")
+    return records
+
+
+def _unmeasured(records: Sequence[dict]) -> Callable[[PromptSet], PromptSet]:
+    """The part of a prompt set the pool ``records`` do not list (matched as ``data.pool_file``
+    matches them: by id when every record has one, else by place in the split)."""
+    from rlvr.recipe.pool_file import row_id
+
+    by_id = all(r.get("id") is not None for r in records)
+    known = {r["id"] if by_id else r["index"] for r in records}
+
+    def select(prompts: PromptSet) -> PromptSet:
+        new = [i for i, row in enumerate(prompts.rows)
+               if (row_id(row) if by_id else prompts.position(i)) not in known]
+        return PromptSet([prompts.rows[i] for i in new], [prompts.prompts[i] for i in new], prompts.dropped,
+                         [prompts.position(i) for i in new])
+    return select
 
 
 def report_markdown(result: dict) -> str:

@@ -35,21 +35,22 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def read_pool_file(path: str | Path) -> list[dict]:
-    """The records of a pool file, checked (one-line ``RlvrError`` naming the line otherwise)."""
+def read_pool_file(path: str | Path, label: str = "data.pool_file") -> list[dict]:
+    """The records of a pool file, checked (one-line ``RlvrError`` naming ``label`` and the line
+    otherwise)."""
     path = Path(path).expanduser()
     if not path.is_file():
-        raise RlvrError(f"data.pool_file: {path} {'is not a file' if path.exists() else 'not found'} "
+        raise RlvrError(f"{label}: {path} {'is not a file' if path.exists() else 'not found'} "
                         "(write one with `rlvr pool RECIPE --output FILE`)")
     records, seen = [], set()
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        raise RlvrError(f"data.pool_file: cannot read {path}: {exc}") from None
+        raise RlvrError(f"{label}: cannot read {path}: {exc}") from None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        where = f"data.pool_file: {path} line {number}"
+        where = f"{label}: {path} line {number}"
         try:
             record = parse_json(line)
         except json.JSONDecodeError as exc:
@@ -71,7 +72,7 @@ def read_pool_file(path: str | Path) -> list[dict]:
         seen.add(key)
         records.append(record)
     if not records:
-        raise RlvrError(f"data.pool_file: {path} lists no prompts")
+        raise RlvrError(f"{label}: {path} lists no prompts")
     return records
 
 

@@ -4,6 +4,7 @@ tests/unit/test_recipe_pool_file.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -39,3 +40,24 @@ def test_pool_command_refuses_bad_input_before_any_model_loads(tmp_path, rlvr_cm
     (tmp_path / "file").write_text("")
     done = rlvr_cmd("pool", demo, "--output", tmp_path / "file" / "p.jsonl")
     assert done.returncode == 2 and "is a file, not a folder" in done.stderr
+
+
+def test_pool_grows_with_extend_without_measuring_a_prompt_twice(tmp_path, tiny_model, rlvr_cmd):
+    """`rlvr pool` with a model (the tiny one, sampled in process), then `--extend` to more prompts:
+    the first ones' records are kept as they were, the others measured and added in order."""
+    demo = Path(__file__).resolve().parents[2] / "tasks" / "gsm8k.yaml"
+    out = tmp_path / "pool.jsonl"
+    common = ("pool", demo, "--profile", "cpu", "--model", tiny_model, "--output", out, "--k", "2",
+              "--set", "sampling.backend=hf", "--set", "sampling.max_tokens=4")
+    done = rlvr_cmd(*common, "--limit", "3")
+    assert done.returncode == 0, done.stderr[-3000:]
+    first = out.read_text().splitlines()
+    assert len(first) == 3 and done.stdout.startswith("3 prompts x 2 samples: ")
+    done = rlvr_cmd(*common, "--limit", "5", "--extend")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("5 prompts x 2 samples (2 measured now, 3 kept): "), done.stdout
+    lines = out.read_text().splitlines()
+    assert lines[:3] == first and [json.loads(line)["index"] for line in lines] == [0, 1, 2, 3, 4]
+    done = rlvr_cmd(*common, "--limit", "5", "--extend", "--k", "3")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "--extend" in done.stderr
+    assert out.read_text().splitlines() == lines

@@ -209,8 +209,8 @@ def test_build_pool_measures_the_train_split_as_training_samples_it(tmp_path, ro
     kept = [0, 2, 3, 7]  # places in the split of the prompts that fit (the others dropped)
     seen = {}
 
-    def fake(rec, registry, keep_samples, label):
-        assert label == "pool"  # its progress lines say "pool: ..."
+    def fake(rec, registry, keep_samples, label, select=None):
+        assert label == "pool" and select is None  # its progress lines say "pool: ..."; all of it measured
         seen["recipe"] = rec
         prompts = PromptSet([rows[i] for i in kept], [None] * 4, 2, kept)
         per_prompt = [{"index": j, "passed": [j % 2 == 0, j > 1, False, True]} for j in range(4)]
@@ -225,3 +225,89 @@ def test_build_pool_measures_the_train_split_as_training_samples_it(tmp_path, ro
     assert all((r["task"], r["split"], r["n"]) == ("arithmetic", "train", 4) for r in records)
     assert summary == {"prompts": 4, "samples_per_prompt": 4, "temperature": 0.7, "never_passed": 0,
                        "always_passed": 0, "learnable": 4, "mean_pass_rate": 0.5, "dropped_overlong_prompts": 2}
+
+
+def _fake_measure(rows, kept, calls):
+    """A stand-in for loading the model and sampling: the prompts of ``rows`` at places ``kept``
+    (the others dropped as overlong), narrowed by ``select`` as the real one narrows them; row i
+    passes 1 of 4 samples when i is even, 3 when odd."""
+    from rlvr.sampling.prompts import PromptSet
+
+    def fake(rec, registry, keep_samples, label, select=None):
+        prompts = PromptSet([rows[i] for i in kept], [None] * len(kept), max(kept) + 1 - len(kept), list(kept))
+        if select is not None:
+            prompts = select(prompts)
+        calls.append([prompts.position(i) for i in range(len(prompts.rows))])
+        if not prompts.rows:
+            return None, [], prompts
+        per_prompt = [{"index": j, "passed": [True, prompts.position(j) % 2 == 1, prompts.position(j) % 2 == 1, False]}
+                      for j in range(len(prompts.rows))]
+        return {"samples_per_prompt": 4, "temperature": 0.7}, per_prompt, prompts
+    return fake
+
+
+@pytest.mark.parametrize("ids", [True, False])
+def test_extend_measures_only_the_prompts_the_pool_does_not_list(tmp_path, rows, monkeypatch, ids):
+    import rlvr.evaluation.evaluate as evaluate
+
+    recipe = load_recipe_text(tmp_path, "")
+    output = tmp_path / "pool.jsonl"
+    write_pool(output, rows[:4], rates=[0.0, 0.25, 1.0, 0.5], ids=ids)  # places 0-3, measured before
+    calls = []
+    monkeypatch.setattr(evaluate, "_load_and_evaluate", _fake_measure(rows, [0, 1, 2, 3, 5, 6, 8], calls))
+    summary = evaluate.build_pool(recipe, None, output, limit=9, extend=True)
+    assert calls == [[5, 6, 8]]  # 4 and 7 did not fit; 0-3 were measured before
+    records = read_pool_file(output)
+    assert [(r["index"], r["pass_rate"]) for r in records] == [
+        (0, 0.0), (1, 0.25), (2, 1.0), (3, 0.5), (5, 0.75), (6, 0.25), (8, 0.25)]
+    assert [r["id"] for r in records] == ([rows[i]["id"] for i in (0, 1, 2, 3)] if ids else [None] * 4) + [
+        rows[i]["id"] for i in (5, 6, 8)]
+    assert summary == {"prompts": 7, "samples_per_prompt": 4, "temperature": 0.7, "never_passed": 1,
+                       "always_passed": 1, "learnable": 5, "mean_pass_rate": 3.0 / 7, "measured_now": 3,
+                       "kept": 4, "dropped_overlong_prompts": 2}
+
+    # all of it measured: no model loads, and the file is left as it was
+    before = output.read_bytes(), output.stat().st_mtime_ns
+    again = evaluate.build_pool(recipe, None, output, limit=9, extend=True)
+    assert calls[-1] == [] and (output.read_bytes(), output.stat().st_mtime_ns) == before
+    assert (again["measured_now"], again["kept"], again["prompts"], again["temperature"]) == (0, 7, 7, 0.7)
+
+
+def test_extend_starts_a_pool_that_does_not_exist_and_without_it_the_file_is_replaced(tmp_path, rows, monkeypatch):
+    import rlvr.evaluation.evaluate as evaluate
+
+    recipe = load_recipe_text(tmp_path, "")
+    calls = []
+    monkeypatch.setattr(evaluate, "_load_and_evaluate", _fake_measure(rows, [0, 1, 2], calls))
+    summary = evaluate.build_pool(recipe, None, tmp_path / "new.jsonl", limit=3, extend=True)
+    assert calls == [[0, 1, 2]] and (summary["measured_now"], summary["kept"]) == (3, 0)
+    write_pool(tmp_path / "old.jsonl", rows[:2], rates=[0.0, 0.0])
+    evaluate.build_pool(recipe, None, tmp_path / "old.jsonl", limit=3)
+    assert [r["pass_rate"] for r in read_pool_file(tmp_path / "old.jsonl")] == [0.25, 0.75, 0.25]
+
+
+@pytest.mark.parametrize("change, message", [
+    (dict(k=8), "with 4 samples a prompt, but this measures task 'arithmetic' split 'train' with 8: give the same"),
+    (dict(task="gsm8k"), "measured task 'gsm8k' split 'train'"),
+    (dict(split="test"), "split 'test' with 4 samples"),
+    (dict(text="not json\n"), "--extend: .* line 1: not JSON"),
+    (dict(folder=True), "must be a pool file"),
+])
+def test_extend_refuses_a_pool_measured_otherwise_before_any_model_loads(tmp_path, rows, monkeypatch, change, message):
+    import rlvr.evaluation.evaluate as evaluate
+
+    recipe = load_recipe_text(tmp_path, "")
+    output = tmp_path / "pool.jsonl"
+    if change.get("folder"):
+        output.mkdir()
+    elif "text" in change:
+        output.write_text(change["text"])
+    else:
+        write_pool(output, rows[:3], rates=[0.0, 0.5, 1.0], task=change.get("task", "arithmetic"),
+                   split=change.get("split", "train"))
+    before = None if output.is_dir() else output.read_bytes()
+    monkeypatch.setattr(evaluate, "_load_and_evaluate", lambda *a, **kw: pytest.fail("the model loaded"))
+    with pytest.raises(RlvrError, match=message) as caught:
+        evaluate.build_pool(recipe, None, output, k=change.get("k"), limit=6, extend=True)
+    assert "\n" not in str(caught.value) and "--extend" in str(caught.value)
+    assert before is None or output.read_bytes() == before
