@@ -115,13 +115,18 @@ def eval_cmd(recipe, model, split, limit, ks, output_dir, verbose, overrides, pr
 @click.option("--k", type=Int(min=2), default=None, help="Samples per prompt (default: sampling.num_generations).")
 @click.option("--limit", type=Int(min=1), default=None, help="The first N train prompts (default: data.train_limit).")
 @click.option("--extend", is_flag=True, help="Keep the prompts --output already lists (measured with the same "
-              "task, split and --k) and measure only the others of the first --limit: a pool grows without "
-              "measuring a prompt twice.")
+              "task, split and --k) and measure only the others of the first --limit: a pool grows, or an "
+              "interrupted one goes on, without measuring a prompt twice.")
 @click.option("--verbose", is_flag=True, help="Also show vLLM's and other libraries' output (always in the log "
               "beside the pool file, OUTPUT.log).")
 @recipe_options
 def pool(recipe, output_path, model, k, limit, extend, verbose, overrides, profile):
-    """Measure each train prompt's pass rate over K samples drawn as training draws them, for data.pool_file."""
+    """Measure each train prompt's pass rate over K samples drawn as training draws them, for data.pool_file.
+
+    A new --output is written each time about 1,024 more samples are scored, so an interrupted
+    pool keeps what it finished (go on with --extend); a file that was there is replaced only by
+    the whole pool.
+    """
     from rlvr.runs.outputs import check_folder_target
 
     check_folder_target(output_path.parent, f"--output {output_path}: folder")

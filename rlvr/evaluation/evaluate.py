@@ -11,7 +11,8 @@ import logging
 import math
 from collections import Counter, defaultdict
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Sequence
 
 from rlvr import RlvrError
 from rlvr.evaluation.compare import counted, percent
@@ -150,11 +151,13 @@ def breakdown(rows: list[dict], per_prompt: list[dict], key: str) -> dict[str, d
     return {g: {"n": len(v), "pass@1": sum(v) / len(v)} for g, v in sorted(groups.items())}
 
 
-def _load_and_evaluate(recipe: Recipe, registry: Registry, keep_samples: bool, label: str,
-                       select: Callable[[PromptSet], PromptSet] | None = None) -> tuple[dict | None, list[dict], PromptSet]:
-    """Load the model into a sampler of its own and evaluate the recipe's eval split with it
-    (``select``: the part of it to evaluate; when that is empty, no model loads and the summary
-    is None)."""
+@contextmanager
+def _own_sampler(recipe: Recipe, registry: Registry, select: Callable[[PromptSet], PromptSet] | None = None
+                 ) -> Iterator[tuple[PromptSet, Callable[..., tuple[dict, list[dict]]] | None]]:
+    """The recipe's eval split and ``measure(prompts, keep_samples, label)``, which evaluates
+    prompts of it with the model loaded into a sampler of its own (closed when the block ends).
+    ``select``: the part of the split to evaluate; when that is empty, no model loads and
+    ``measure`` is None."""
     from rlvr.kit.device import device_policy
     from rlvr.models.hub import load_tokenizer, local_folder, resolve_model
     from rlvr.models.tokens import untrained_tokens_note
@@ -171,7 +174,8 @@ def _load_and_evaluate(recipe: Recipe, registry: Registry, keep_samples: bool, l
     if select is not None:
         eval_set = select(eval_set)
         if not eval_set.rows:
-            return None, [], eval_set
+            yield eval_set, None
+            return
     model = None
     if SAMPLER_BACKENDS[recipe.sampling.backend].live:  # it samples from a model object: this one
         from transformers import AutoModelForCausalLM
@@ -185,17 +189,20 @@ def _load_and_evaluate(recipe: Recipe, registry: Registry, keep_samples: bool, l
         try:
             rewards = bind_rewards(recipe.rewards, registry, conversational=recipe.eval_prompt.chat_template,
                                    when_unscored=recipe.when_unscored, max_abs=recipe.max_abs_reward)
-            result, per_prompt = evaluate_with(recipe, rewards, sampler, eval_set, keep_samples=keep_samples,
-                                               episodes=episode_runner(recipe, registry, tokenizer, model_path),
-                                               progress_label=label, require_scores=True)
+            episodes = episode_runner(recipe, registry, tokenizer, model_path)
+
+            def measure(prompts: PromptSet, keep_samples: bool, label: str) -> tuple[dict, list[dict]]:
+                return evaluate_with(recipe, rewards, sampler, prompts, keep_samples=keep_samples, episodes=episodes,
+                                     progress_label=label, require_scores=True)
+            yield eval_set, measure
         finally:
             sampler.close()  # vLLM tears its own groups down first
-    return result, per_prompt, eval_set
 
 
 def evaluate(recipe: Recipe, registry: Registry, output_dir: Path) -> dict[str, Any]:
     """``rlvr eval``: load the model into a sampler, evaluate, write reports."""
-    result, per_prompt, eval_set = _load_and_evaluate(recipe, registry, keep_samples=True, label="eval")
+    with _own_sampler(recipe, registry) as (eval_set, measure):
+        result, per_prompt = measure(eval_set, True, "eval")
     rows = eval_set.rows
     for key in ("subject", "level"):
         if key in rows[0]:
@@ -222,38 +229,58 @@ def pool_recipe(recipe: Recipe, k: int | None = None, limit: int | None = None) 
     return recipe.model_copy(update={"eval": measured})
 
 
+POOL_SAVE_SAMPLES = 1024  # `rlvr pool` writes its file each time about this many more samples are scored
+
+
 def build_pool(recipe: Recipe, registry: Registry, output: Path, k: int | None = None,
                limit: int | None = None, extend: bool = False) -> dict[str, Any]:
     """``rlvr pool``: each train prompt's pass rate over ``k`` samples, written to ``output`` as a
-    pool file (``rlvr.recipe.pool_file``) for ``data.pool_file``; returns a summary. With
-    ``extend`` the prompts ``output`` already lists are kept, not measured again, and the file is
-    rewritten with them and the new ones in the split's order."""
+    pool file (``rlvr.recipe.pool_file``) for ``data.pool_file``; returns a summary. The prompts
+    are measured in parts of about ``POOL_SAVE_SAMPLES`` samples. A new file (or one ``extend``
+    adds to) is rewritten after each part, so an interrupted pool keeps what it measured and
+    ``extend`` goes on from there; a file that was there is replaced only by the whole pool. With
+    ``extend`` the prompts ``output`` already lists are kept, not measured again; the file lists
+    old and new in the split's order."""
     from rlvr.recipe.pool_file import pool_record
     from rlvr.runs.outputs import open_output
 
     measured = pool_recipe(recipe, k, limit)
     task, split, n = recipe.task.name, recipe.data.train_split, measured.eval.k[0]
     kept = _pool_to_extend(output, task, split, n) if extend else []
-    select = _unmeasured(kept) if kept else None
-    result, per_prompt, prompts = _load_and_evaluate(measured, registry, keep_samples=False, label="pool",
-                                                     select=select)
-    new = [pool_record(task, split, prompts.position(p["index"]), prompts.rows[p["index"]], p["passed"])
-           for p in per_prompt]
-    records = sorted(kept + new, key=lambda r: r["index"])
-    if new:
-        with open_output(output) as f:
-            f.writelines(json.dumps(r, default=str) + "\n" for r in records)
+    records, temperature = list(kept), measured.eval.temperature or 1.0
+    # a file that was there is replaced only by a whole pool, unless --extend adds to it; a stream once
+    save_parts = extend or (str(output) != "-" and not output.exists())
+    with _own_sampler(measured, registry, _unmeasured(kept) if kept else None) as (prompts, measure):
+        size = max(1, POOL_SAVE_SAMPLES // n)
+        for start in range(0, len(prompts.rows) if measure else 0, size):
+            part = _prompt_range(prompts, start, start + size)
+            last = start + size >= len(prompts.rows)
+            label = "pool" if start == 0 and last else \
+                f"pool, prompts {start + 1}-{start + len(part.rows)} of {len(prompts.rows)}"
+            result, per_prompt = measure(part, False, label)
+            temperature = result["temperature"]
+            records += [pool_record(task, split, part.position(p["index"]), part.rows[p["index"]], p["passed"])
+                        for p in per_prompt]
+            records.sort(key=lambda r: r["index"])
+            if save_parts or last:
+                with open_output(output) as f:
+                    f.writelines(json.dumps(r, default=str) + "\n" for r in records)
     rates = [r["pass_rate"] for r in records]
-    summary = {"prompts": len(records), "samples_per_prompt": n,
-               "temperature": result["temperature"] if result else measured.eval.temperature or 1.0,
+    summary = {"prompts": len(records), "samples_per_prompt": n, "temperature": temperature,
                "never_passed": sum(r == 0 for r in rates),
                "always_passed": sum(r == 1 for r in rates), "learnable": sum(0 < r < 1 for r in rates),
                "mean_pass_rate": sum(rates) / len(rates) if rates else 0.0}
     if extend:
-        summary.update(measured_now=len(new), kept=len(kept))
+        summary.update(measured_now=len(records) - len(kept), kept=len(kept))
     if prompts.dropped:
         summary["dropped_overlong_prompts"] = prompts.dropped
     return summary
+
+
+def _prompt_range(prompts: PromptSet, start: int, stop: int) -> PromptSet:
+    """Prompts ``start:stop`` of a prompt set, with their places in the split."""
+    return PromptSet(prompts.rows[start:stop], prompts.prompts[start:stop], 0,
+                     [prompts.position(i) for i in range(start, min(stop, len(prompts.rows)))])
 
 
 def _pool_to_extend(output: Path, task: str, split: str, n: int) -> list[dict]:

@@ -4,6 +4,7 @@ what a recipe keeps from a pool file, and the one-line errors for a file that do
 from __future__ import annotations
 
 import json
+from contextlib import contextmanager
 
 import pytest
 
@@ -209,14 +210,18 @@ def test_build_pool_measures_the_train_split_as_training_samples_it(tmp_path, ro
     kept = [0, 2, 3, 7]  # places in the split of the prompts that fit (the others dropped)
     seen = {}
 
-    def fake(rec, registry, keep_samples, label, select=None):
-        assert label == "pool" and select is None  # its progress lines say "pool: ..."; all of it measured
+    @contextmanager
+    def fake(rec, registry, select=None):
+        assert select is None  # all of it measured
         seen["recipe"] = rec
-        prompts = PromptSet([rows[i] for i in kept], [None] * 4, 2, kept)
-        per_prompt = [{"index": j, "passed": [j % 2 == 0, j > 1, False, True]} for j in range(4)]
-        return {"samples_per_prompt": 4, "temperature": 0.7}, per_prompt, prompts
 
-    monkeypatch.setattr(evaluate, "_load_and_evaluate", fake)
+        def measure(part, keep_samples, label):
+            assert label == "pool" and not keep_samples  # its progress lines say "pool: ..."
+            per_prompt = [{"index": j, "passed": [j % 2 == 0, j > 1, False, True]} for j in range(4)]
+            return {"samples_per_prompt": 4, "temperature": 0.7}, per_prompt
+        yield PromptSet([rows[i] for i in kept], [None] * 4, 2, kept), measure
+
+    monkeypatch.setattr(evaluate, "_own_sampler", fake)
     summary = evaluate.build_pool(recipe, None, tmp_path / "out" / "pool.jsonl", limit=8)
     assert seen["recipe"].eval.limit == 8
     records = read_pool_file(tmp_path / "out" / "pool.jsonl")
@@ -227,22 +232,32 @@ def test_build_pool_measures_the_train_split_as_training_samples_it(tmp_path, ro
                        "always_passed": 0, "learnable": 4, "mean_pass_rate": 0.5, "dropped_overlong_prompts": 2}
 
 
-def _fake_measure(rows, kept, calls):
-    """A stand-in for loading the model and sampling: the prompts of ``rows`` at places ``kept``
-    (the others dropped as overlong), narrowed by ``select`` as the real one narrows them; row i
-    passes 1 of 4 samples when i is even, 3 when odd."""
+def _fake_sampler(rows, kept, calls, fail_at=None):
+    """A stand-in for loading the model into a sampler: the prompts of ``rows`` at places
+    ``kept`` (the others dropped as overlong), narrowed by ``select`` as the real one narrows
+    them; ``calls`` gets the places each measurement was given (an empty list when nothing was
+    left, and no sampler). Row i passes 1 of 4 samples when i is even, 3 when odd; the
+    ``fail_at``-th measurement (from 1) raises, as a Ctrl-C would stop it."""
     from rlvr.sampling.prompts import PromptSet
 
-    def fake(rec, registry, keep_samples, label, select=None):
+    @contextmanager
+    def fake(rec, registry, select=None):
         prompts = PromptSet([rows[i] for i in kept], [None] * len(kept), max(kept) + 1 - len(kept), list(kept))
         if select is not None:
             prompts = select(prompts)
-        calls.append([prompts.position(i) for i in range(len(prompts.rows))])
         if not prompts.rows:
-            return None, [], prompts
-        per_prompt = [{"index": j, "passed": [True, prompts.position(j) % 2 == 1, prompts.position(j) % 2 == 1, False]}
-                      for j in range(len(prompts.rows))]
-        return {"samples_per_prompt": 4, "temperature": 0.7}, per_prompt, prompts
+            calls.append([])
+            yield prompts, None
+            return
+
+        def measure(part, keep_samples, label):
+            calls.append([part.position(i) for i in range(len(part.rows))])
+            if len(calls) == fail_at:
+                raise KeyboardInterrupt
+            per_prompt = [{"index": j, "passed": [True, part.position(j) % 2 == 1, part.position(j) % 2 == 1, False]}
+                          for j in range(len(part.rows))]
+            return {"samples_per_prompt": 4, "temperature": 0.7}, per_prompt
+        yield prompts, measure
     return fake
 
 
@@ -254,7 +269,7 @@ def test_extend_measures_only_the_prompts_the_pool_does_not_list(tmp_path, rows,
     output = tmp_path / "pool.jsonl"
     write_pool(output, rows[:4], rates=[0.0, 0.25, 1.0, 0.5], ids=ids)  # places 0-3, measured before
     calls = []
-    monkeypatch.setattr(evaluate, "_load_and_evaluate", _fake_measure(rows, [0, 1, 2, 3, 5, 6, 8], calls))
+    monkeypatch.setattr(evaluate, "_own_sampler", _fake_sampler(rows, [0, 1, 2, 3, 5, 6, 8], calls))
     summary = evaluate.build_pool(recipe, None, output, limit=9, extend=True)
     assert calls == [[5, 6, 8]]  # 4 and 7 did not fit; 0-3 were measured before
     records = read_pool_file(output)
@@ -273,12 +288,38 @@ def test_extend_measures_only_the_prompts_the_pool_does_not_list(tmp_path, rows,
     assert (again["measured_now"], again["kept"], again["prompts"], again["temperature"]) == (0, 7, 7, 0.7)
 
 
+def test_a_pool_is_saved_part_by_part_and_extend_goes_on_after_an_interruption(tmp_path, rows, monkeypatch):
+    import rlvr.evaluation.evaluate as evaluate
+
+    recipe = load_recipe_text(tmp_path, "")
+    monkeypatch.setattr(evaluate, "POOL_SAVE_SAMPLES", 12)  # 3 prompts a part at 4 samples
+    output, calls = tmp_path / "pool.jsonl", []
+    monkeypatch.setattr(evaluate, "_own_sampler", _fake_sampler(rows, list(range(10)), calls, fail_at=3))
+    with pytest.raises(KeyboardInterrupt):
+        evaluate.build_pool(recipe, None, output, limit=10)
+    assert calls == [[0, 1, 2], [3, 4, 5], [6, 7, 8]]
+    assert [r["index"] for r in read_pool_file(output)] == [0, 1, 2, 3, 4, 5]  # the two parts done
+    calls.clear()
+    summary = evaluate.build_pool(recipe, None, output, limit=10, extend=True)
+    assert calls == [[6, 7, 8], [9]] and (summary["measured_now"], summary["kept"]) == (4, 6)
+    records = read_pool_file(output)
+    assert [(r["index"], r["pass_rate"]) for r in records] == [(i, 0.75 if i % 2 else 0.25) for i in range(10)]
+
+    # a file that was there, without --extend: replaced only by the whole pool
+    before = output.read_bytes()
+    calls.clear()
+    monkeypatch.setattr(evaluate, "_own_sampler", _fake_sampler(rows, [0, 1, 2, 3], calls, fail_at=2))
+    with pytest.raises(KeyboardInterrupt):
+        evaluate.build_pool(recipe, None, output, limit=4)
+    assert calls == [[0, 1, 2], [3]] and output.read_bytes() == before
+
+
 def test_extend_starts_a_pool_that_does_not_exist_and_without_it_the_file_is_replaced(tmp_path, rows, monkeypatch):
     import rlvr.evaluation.evaluate as evaluate
 
     recipe = load_recipe_text(tmp_path, "")
     calls = []
-    monkeypatch.setattr(evaluate, "_load_and_evaluate", _fake_measure(rows, [0, 1, 2], calls))
+    monkeypatch.setattr(evaluate, "_own_sampler", _fake_sampler(rows, [0, 1, 2], calls))
     summary = evaluate.build_pool(recipe, None, tmp_path / "new.jsonl", limit=3, extend=True)
     assert calls == [[0, 1, 2]] and (summary["measured_now"], summary["kept"]) == (3, 0)
     write_pool(tmp_path / "old.jsonl", rows[:2], rates=[0.0, 0.0])
@@ -306,7 +347,7 @@ def test_extend_refuses_a_pool_measured_otherwise_before_any_model_loads(tmp_pat
         write_pool(output, rows[:3], rates=[0.0, 0.5, 1.0], task=change.get("task", "arithmetic"),
                    split=change.get("split", "train"))
     before = None if output.is_dir() else output.read_bytes()
-    monkeypatch.setattr(evaluate, "_load_and_evaluate", lambda *a, **kw: pytest.fail("the model loaded"))
+    monkeypatch.setattr(evaluate, "_own_sampler", lambda *a, **kw: pytest.fail("the model loaded"))
     with pytest.raises(RlvrError, match=message) as caught:
         evaluate.build_pool(recipe, None, output, k=change.get("k"), limit=6, extend=True)
     assert "\n" not in str(caught.value) and "--extend" in str(caught.value)
