@@ -10,8 +10,8 @@ import json
 import logging
 import math
 from collections import Counter, defaultdict
-from pathlib import Path
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
 from rlvr import RlvrError
@@ -253,7 +253,7 @@ def build_pool(recipe: Recipe, registry: Registry, output: Path, k: int | None =
     with _own_sampler(measured, registry, _unmeasured(kept) if kept else None) as (prompts, measure):
         size = max(1, POOL_SAVE_SAMPLES // n)
         for start in range(0, len(prompts.rows) if measure else 0, size):
-            part = _prompt_range(prompts, start, start + size)
+            part = _prompts_at(prompts, range(start, min(start + size, len(prompts.rows))))
             last = start + size >= len(prompts.rows)
             label = "pool" if start == 0 and last else \
                 f"pool, prompts {start + 1}-{start + len(part.rows)} of {len(prompts.rows)}"
@@ -277,10 +277,10 @@ def build_pool(recipe: Recipe, registry: Registry, output: Path, k: int | None =
     return summary
 
 
-def _prompt_range(prompts: PromptSet, start: int, stop: int) -> PromptSet:
-    """Prompts ``start:stop`` of a prompt set, with their places in the split."""
-    return PromptSet(prompts.rows[start:stop], prompts.prompts[start:stop], 0,
-                     [prompts.position(i) for i in range(start, min(stop, len(prompts.rows)))])
+def _prompts_at(prompts: PromptSet, places: Sequence[int], dropped: int = 0) -> PromptSet:
+    """The prompts at ``places`` of a prompt set, with their places in the split."""
+    return PromptSet([prompts.rows[i] for i in places], [prompts.prompts[i] for i in places], dropped,
+                     [prompts.position(i) for i in places])
 
 
 def _pool_to_extend(output: Path, task: str, split: str, n: int) -> list[dict]:
@@ -304,16 +304,15 @@ def _pool_to_extend(output: Path, task: str, split: str, n: int) -> list[dict]:
 def _unmeasured(records: Sequence[dict]) -> Callable[[PromptSet], PromptSet]:
     """The part of a prompt set the pool ``records`` do not list (matched as ``data.pool_file``
     matches them: by id when every record has one, else by place in the split)."""
-    from rlvr.recipe.pool_file import row_id
+    from rlvr.recipe.pool_file import by_id, row_id
 
-    by_id = all(r.get("id") is not None for r in records)
-    known = {r["id"] if by_id else r["index"] for r in records}
+    named = by_id(records)
+    known = {r["id"] if named else r["index"] for r in records}
 
     def select(prompts: PromptSet) -> PromptSet:
-        new = [i for i, row in enumerate(prompts.rows)
-               if (row_id(row) if by_id else prompts.position(i)) not in known]
-        return PromptSet([prompts.rows[i] for i in new], [prompts.prompts[i] for i in new], prompts.dropped,
-                         [prompts.position(i) for i in new])
+        return _prompts_at(prompts, [i for i, row in enumerate(prompts.rows)
+                                     if (row_id(row) if named else prompts.position(i)) not in known],
+                           prompts.dropped)
     return select
 
 

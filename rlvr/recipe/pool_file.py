@@ -35,6 +35,11 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def by_id(records: Sequence[dict]) -> bool:
+    """Whether pool ``records`` are matched to rows by id (every record has one), else by index."""
+    return all(r.get("id") is not None for r in records)
+
+
 def read_pool_file(path: str | Path, label: str = "data.pool_file") -> list[dict]:
     """The records of a pool file, checked (one-line ``RlvrError`` naming ``label`` and the line
     otherwise)."""
@@ -111,7 +116,7 @@ def select_rows(recipe, rows: Sequence[dict]) -> list[int]:
     keeps, in the split's order. Every record of the file must name one of ``rows``: one that does
     not means the file was measured on other data."""
     records, chosen = check_pool_file(recipe)
-    if all(r.get("id") is not None for r in records):
+    if by_id(records):
         where: dict[Any, int] = {}
         for place, row in enumerate(rows):
             where.setdefault(row_id(row), place)
